@@ -1,0 +1,37 @@
+# The README's commands. `make demo` and `make test` each set up .venv on first use.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The CPU build of torch (the file on this kind of machine's disk). On a GPU machine, install the
+# CUDA build that fits it instead: make TORCH='torch==2.13.0' PIP_TORCH_FLAGS='--index-url ...'
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-fast lint bench-estimator clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(PIP_TORCH_FLAGS) "$(TORCH)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+demo: install
+	$(VENV)/bin/elastune train
+
+test: install lint
+	$(PY) -m pytest
+
+test-fast: install
+	$(PY) -m pytest -m "not integration and not slow"
+
+lint: install
+	$(VENV)/bin/ruff check platform jobs ui tests bench
+	$(VENV)/bin/mypy
+
+bench-estimator: install
+	$(PY) bench/estimator.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Thin `ray job submit` entrypoints (installed as elastune.jobs)."""

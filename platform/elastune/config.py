@@ -1,0 +1,320 @@
+"""RunConfig: everything one training run needs, validated at the boundary.
+
+A config comes from an optional YAML file plus `--set key=value` overrides (keys use dots:
+`batch.micro=2048`). Validation reports every problem at once, each with its field path, the value
+given and the fix; unknown keys get a "did you mean". Untyped dicts exist only where Ray hands a
+trial its config: the first thing such code does is `RunConfig.model_validate(d)`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from elastune.errors import MISSING, ConfigError, Problem
+
+__all__ = [
+    "BatchConfig",
+    "CheckpointConfig",
+    "DataConfig",
+    "EmbeddingConfig",
+    "EvalConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "RunConfig",
+    "apply_overrides",
+    "load_run_config",
+    "parse_overrides",
+    "problems_from_validation",
+]
+
+
+class _Section(BaseModel):
+    # extra="forbid" is what turns a typo into a "did you mean" instead of a silent default.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class DataConfig(_Section):
+    """Where samples come from. `synthetic` needs no files and plants a learnable signal."""
+
+    source: Literal["synthetic", "criteo_tsv", "parquet"] = "synthetic"
+    rows_scale: float = Field(
+        0.01, gt=0, le=1.0, description="Criteo Kaggle table sizes x this (1.0 = the real sizes)."
+    )
+    zipf_alpha: float = Field(1.15, gt=0, le=5, description="Skew of the synthetic id stream.")
+    pooling: int = Field(1, ge=1, le=64, description="Ids per bag (multi-hot) in synthetic data.")
+    seed: int = Field(0, ge=0, description="Seed of the synthetic stream and its hidden teacher.")
+    path: Path | None = Field(None, description="Training file for criteo_tsv / parquet.")
+    eval_path: Path | None = Field(
+        None, description="Held-out file; without it the first eval.samples rows of path are held out."
+    )
+    skip_malformed: bool = Field(False, description="Skip and count malformed rows instead of failing.")
+
+    @field_validator("path", "eval_path")
+    @classmethod
+    def _must_exist(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError("file does not exist; give the path to an existing data file")
+        return value.expanduser() if value is not None else None
+
+    @model_validator(mode="after")
+    def _files_need_a_path(self) -> DataConfig:
+        if self.source != "synthetic" and self.path is None:
+            raise ValueError(
+                f"data.source={self.source!r} needs data.path; set data.path=FILE "
+                "or use data.source=synthetic"
+            )
+        return self
+
+
+class ModelConfig(_Section):
+    """DLRM shape. The MLPs list hidden widths; the output layers are added for you."""
+
+    embedding_dim: int = Field(16, ge=2, le=1024)
+    bottom_mlp: list[int] = Field(
+        default_factory=lambda: [64, 32], description="Hidden widths; a last layer maps to embedding_dim."
+    )
+    top_mlp: list[int] = Field(
+        default_factory=lambda: [64, 32], description="Hidden widths; a last layer maps to 1 logit."
+    )
+
+    @field_validator("bottom_mlp", "top_mlp")
+    @classmethod
+    def _positive_widths(cls, widths: list[int]) -> list[int]:
+        bad = [w for w in widths if w < 1]
+        if bad:
+            raise ValueError(f"layer widths must be >= 1, got {bad}")
+        return widths
+
+
+class EmbeddingConfig(_Section):
+    """How the sparse features' tables are stored and looked up."""
+
+    strategy: Literal["full"] = Field("full", description="Embedding strategy (full = fp32 rows).")
+
+
+class OptimizerConfig(_Section):
+    dense: Literal["adam", "sgd", "adagrad"] = Field("adam", description="For the MLPs.")
+    sparse: Literal["adam"] = Field("adam", description="For the embedding tables.")
+    lr: float = Field(3e-3, gt=0, le=10)
+
+
+class BatchConfig(_Section):
+    """effective batch = micro x accum (x data-parallel workers)."""
+
+    micro: int = Field(1024, ge=1, le=1 << 22, description="Samples per forward/backward.")
+    accum: int = Field(1, ge=1, le=4096, description="Micro-batches per optimizer step.")
+
+    @property
+    def effective(self) -> int:
+        return self.micro * self.accum
+
+
+class EvalConfig(_Section):
+    samples: int = Field(65536, ge=256, description="Held-out samples for log loss and AUC.")
+    batch: int | None = Field(
+        None, ge=1, description="Eval batch; default the micro-batch, so eval never outgrows training."
+    )
+
+
+class CheckpointConfig(_Section):
+    path: Path | None = Field(None, description="Checkpoint file to write (and to resume from).")
+    every: int = Field(0, ge=0, description="Write every N optimizer steps; 0 = only at the end.")
+    resume: bool = Field(False, description="Start from checkpoint.path if it exists.")
+
+    @model_validator(mode="after")
+    def _resume_needs_path(self) -> CheckpointConfig:
+        if (self.resume or self.every) and self.path is None:
+            raise ValueError("checkpoint.resume / checkpoint.every need checkpoint.path=FILE")
+        return self
+
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+class RunConfig(_Section):
+    """One training run: workload, data, model, embedding strategy, optimizer, precision, batch."""
+
+    workload: Literal["dlrm"] = "dlrm"
+    seed: int = Field(0, ge=0, description="Seed for model init and anything random in training.")
+    device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    steps: int = Field(300, ge=1, description="Optimizer steps, warm-up included.")
+    warmup_steps: int = Field(20, ge=0, description="Steps left out of the throughput figure.")
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+
+    @field_validator("device")
+    @classmethod
+    def _device_form(cls, value: str) -> str:
+        if not _DEVICE.match(value):
+            raise ValueError("must be auto, cpu, cuda or cuda:N (e.g. cuda:0)")
+        return value
+
+    @model_validator(mode="after")
+    def _warmup_below_steps(self) -> RunConfig:
+        if self.warmup_steps >= self.steps:
+            raise ValueError(
+                f"warmup_steps={self.warmup_steps} must be below steps={self.steps}, "
+                "or no step is measured; lower warmup_steps or raise steps"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, YAML/JSON-ready dict (paths as strings) that `load_run_config` reads back."""
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading: YAML + overrides -> RunConfig, or one ConfigError with every problem.
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """`["batch.micro=2048", "model.top_mlp=[64,32]"]` -> nested dict. Values are YAML scalars."""
+    problems: list[Problem] = []
+    nested: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not part for part in key.split(".")):
+            problems.append(Problem(item, MISSING, "overrides look like key=value, e.g. batch.micro=2048"))
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw  # not YAML: keep the text and let validation say what it should be
+        _set_path(nested, key.split("."), value)
+    if problems:
+        raise ConfigError(problems, source="--set")
+    return nested
+
+
+def apply_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge `overrides` into a copy of `base` (dicts merge, anything else replaces)."""
+    merged: dict[str, Any] = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = apply_overrides(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Read YAML (or nothing: the embedded defaults), apply `--set` overrides, validate."""
+    raw: dict[str, Any] = {}
+    source = str(path) if path is not None else None
+    if path is not None:
+        raw = _read_yaml_mapping(Path(path))
+    raw = apply_overrides(raw, parse_overrides(overrides))
+    return validate_run_config(raw, source=source)
+
+
+def validate_run_config(raw: Mapping[str, Any], source: str | None = None) -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, RunConfig, raw), source=source) from None
+
+
+def _read_yaml_mapping(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError([Problem("config", str(path), "file does not exist; give a YAML file path")])
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(
+            [Problem("config", str(path), f"is not valid YAML{where}: {exc}; fix the syntax")]
+        ) from None
+    if not isinstance(loaded, dict):
+        raise ConfigError([Problem("config", str(path), "must be a YAML mapping of keys to values")])
+    return loaded
+
+
+def _set_path(target: dict[str, Any], keys: list[str], value: Any) -> None:
+    for key in keys[:-1]:
+        child = target.get(key)
+        if not isinstance(child, dict):
+            child = target[key] = {}
+        target = child
+    target[keys[-1]] = value
+
+
+# ---------------------------------------------------------------------------------------------
+# Turning pydantic's errors into Problems that say how to fix them.
+
+
+def problems_from_validation(
+    exc: ValidationError, model: type[BaseModel], raw: Mapping[str, Any]
+) -> list[Problem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = [str(part) for part in err["loc"]]
+        path = ".".join(loc) or "config"
+        value = _lookup(raw, err["loc"])
+        if isinstance(value, Mapping):
+            value = MISSING  # a whole-section rule; its message names the fields involved
+        if err["type"] == "extra_forbidden":
+            problems.append(Problem(path, MISSING, _unknown_key_message(model, loc)))
+        else:
+            problems.append(Problem(path, value, _friendly(err)))
+    return problems
+
+
+def _friendly(err: Mapping[str, Any]) -> str:
+    ctx = err.get("ctx") or {}
+    kind = err["type"]
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '?')}"
+    if kind in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+        op = {"greater_than": ">", "greater_than_equal": "≥", "less_than": "<", "less_than_equal": "≤"}
+        bound = next(iter(ctx.values()))
+        return f"must be {op[kind]} {bound}"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    if kind == "missing":
+        return "is required"
+    return str(err["msg"]).replace("Input should be", "must be")
+
+
+def _unknown_key_message(model: type[BaseModel], loc: list[str]) -> str:
+    known = _fields_at(model, loc[:-1])
+    close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.5)
+    hint = f"did you mean {'.'.join([*loc[:-1], close[0]])!r}?" if close else ""
+    valid = f"valid keys here: {', '.join(sorted(known))}"
+    return f"unknown key; {hint + ' ' if hint else ''}{valid}"
+
+
+def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        current = annotation
+    return list(current.model_fields)
+
+
+def _lookup(raw: Any, loc: Sequence[Any]) -> Any:
+    for part in loc:
+        if isinstance(raw, Mapping) and part in raw:
+            raw = raw[part]
+        elif isinstance(raw, list) and isinstance(part, int) and part < len(raw):
+            raw = raw[part]
+        else:
+            return MISSING
+    return raw

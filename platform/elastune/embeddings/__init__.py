@@ -1,0 +1,13 @@
+"""Embedding strategies behind one interface (see base.py for the contract)."""
+
+from elastune.embeddings import full  # noqa: F401  (registers the strategy)
+from elastune.embeddings.base import (
+    EmbeddingStrategy,
+    StrategySpec,
+    build_embedding,
+    get_strategy,
+    register,
+    strategies,
+)
+
+__all__ = ["EmbeddingStrategy", "StrategySpec", "build_embedding", "get_strategy", "register", "strategies"]

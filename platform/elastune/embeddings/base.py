@@ -1,0 +1,69 @@
+"""The interface every embedding strategy implements, and the registry that picks one.
+
+A strategy owns the tables of all sparse features of a workload and turns ids into pooled bags:
+`ids` int64 [batch, features, pooling] -> float [batch, features, dim] (sum over the bag). It
+also knows its own byte cost as a formula, so the estimator and the tuner can price it without
+building it.
+
+Invariants every strategy keeps (checked by tests/unit/test_embedding_contract.py):
+- output shape [B, F, dim] and dtype float32, whatever the storage dtype;
+- gradients reach every parameter that `sparse_parameters()` lists;
+- the same seed builds the same weights;
+- `state_bytes()` matches what the built module holds within 10%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import nn
+
+from elastune.config import EmbeddingConfig
+
+__all__ = ["EmbeddingStrategy", "StrategySpec", "build_embedding", "get_strategy", "register", "strategies"]
+
+
+@runtime_checkable
+class EmbeddingStrategy(Protocol):
+    table_sizes: tuple[int, ...]
+    dim: int
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor: ...
+
+    def sparse_parameters(self) -> list[nn.Parameter]:
+        """Parameters the sparse (embedding) optimizer updates; the rest go to the dense one."""
+        ...
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    name: str
+    build: Callable[[Sequence[int], int, EmbeddingConfig], nn.Module]
+    # Bytes of parameters (storage dtype), before gradients and optimizer state.
+    param_bytes: Callable[[Sequence[int], int, EmbeddingConfig], int]
+
+
+_REGISTRY: dict[str, StrategySpec] = {}
+
+
+def register(spec: StrategySpec) -> StrategySpec:
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def strategies() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_strategy(name: str) -> StrategySpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown embedding strategy {name!r}; known: {', '.join(strategies())}") from None
+
+
+def build_embedding(table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig) -> nn.Module:
+    return get_strategy(cfg.strategy).build(table_sizes, dim, cfg)

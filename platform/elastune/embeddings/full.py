@@ -1,0 +1,62 @@
+"""`full`: every row of every table in fp32 (the baseline every other strategy is compared with).
+
+All features share one concatenated table addressed through per-feature offsets, so a lookup is a
+single EmbeddingBag call for all 26 features instead of 26 small ones (what TorchRec calls
+table-batched embedding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from elastune.config import EmbeddingConfig
+from elastune.embeddings.base import StrategySpec, register
+
+__all__ = ["FullEmbedding", "feature_offsets"]
+
+
+def feature_offsets(table_sizes: Sequence[int]) -> torch.Tensor:
+    """Row where each feature's table starts inside the concatenated table."""
+    sizes = torch.tensor(list(table_sizes), dtype=torch.int64)
+    return torch.cumsum(sizes, 0) - sizes
+
+
+class FullEmbedding(nn.Module):
+    def __init__(self, table_sizes: Sequence[int], dim: int) -> None:
+        super().__init__()
+        self.table_sizes = tuple(int(n) for n in table_sizes)
+        self.dim = dim
+        self.register_buffer("offsets", feature_offsets(self.table_sizes), persistent=False)
+        self.bag = nn.EmbeddingBag(sum(self.table_sizes), dim, mode="sum")
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # DLRM's init: uniform in ±sqrt(1/rows) per table, so small tables start with larger rows.
+        with torch.no_grad():
+            for start, rows in zip(self.offsets.tolist(), self.table_sizes, strict=True):
+                bound = rows**-0.5
+                self.bag.weight[start : start + rows].uniform_(-bound, bound)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        batch, features, pooling = ids.shape
+        flat = (ids + self.offsets.view(1, -1, 1)).view(batch * features, pooling)
+        return self.bag(flat).view(batch, features, self.dim)
+
+    def sparse_parameters(self) -> list[nn.Parameter]:
+        return [self.bag.weight]
+
+
+def _param_bytes(table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig) -> int:
+    return sum(table_sizes) * dim * 4
+
+
+register(
+    StrategySpec(
+        name="full",
+        build=lambda sizes, dim, cfg: FullEmbedding(sizes, dim),
+        param_bytes=_param_bytes,
+    )
+)

@@ -1,0 +1,69 @@
+"""The errors elastune raises on purpose, and the exit code each maps to.
+
+Exit codes (ARCHITECTURE.md): 0 ok, 1 runtime failure, 2 invalid input. Anything that is the
+user's input being wrong (a config, a spec, a data file, a device the machine lacks) is an
+`InputError` and exits 2 before anything is launched or written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ConfigError", "DataError", "DeviceError", "ElastuneError", "InputError", "Problem"]
+
+
+class ElastuneError(Exception):
+    """Base class. `exit_code` is what the CLI exits with."""
+
+    exit_code = 1
+
+
+class InputError(ElastuneError):
+    """The user's input is wrong; nothing was launched, written or lost."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input: where, what was given, and how to fix it."""
+
+    path: str
+    value: object
+    message: str
+
+    def __str__(self) -> str:
+        shown = _show(self.value)
+        where = f"{self.path}={shown}" if shown is not None else self.path
+        return f"{where}: {self.message}"
+
+
+def _show(value: object) -> str | None:
+    if value is _MISSING:
+        return None
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_MISSING = object()
+
+
+class ConfigError(InputError):
+    """Every problem found in a config at once, one per line."""
+
+    def __init__(self, problems: list[Problem], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        head = f"invalid config{f' ({source})' if source else ''}: {len(problems)} problem(s)"
+        super().__init__("\n".join([head, *(f"  - {p}" for p in problems)]))
+
+
+class DataError(InputError):
+    """A data file cannot be read as the format it claims (file and line are in the message)."""
+
+
+class DeviceError(InputError):
+    """The config asks for a device or precision this machine cannot run."""
+
+
+MISSING = _MISSING

@@ -1,0 +1,239 @@
+"""Train one configuration and measure it. `train()` reads top to bottom:
+
+set-up -> build (inside the measured memory window) -> steps (data, micro-steps, update, with OOM
+recovery) -> measure -> evaluate -> result.
+
+Numbers that matter are computed once: effective batch = micro x accum; samples/s counts the
+steps after warm-up, data generation included, because that is what a user waits for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from elastune.config import RunConfig
+from elastune.errors import ElastuneError
+from elastune.memory.probe import DeviceProbe, MemoryPeak, probe_for
+from elastune.training.checkpoint import LoopState, load_checkpoint, save_checkpoint
+from elastune.training.metrics import evaluate
+from elastune.training.oom import is_oom, shrink
+from elastune.training.optim import Optimizers
+from elastune.training.precision import autocast_for, check_precision, grad_scaler, resolve_device
+from elastune.workloads import Workload, build_workload
+from elastune.workloads.data import Batch
+
+__all__ = ["Progress", "TrainResult", "forward_backward", "train"]
+
+# Called before each micro-batch's forward with (step, micro_index); tests raise OOM from it.
+FaultHook = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int
+    steps: int
+    samples: int
+    loss: float
+    samples_per_s: float | None  # None during warm-up
+
+
+@dataclass
+class TrainResult:
+    samples_per_s: float
+    peak_memory_bytes: int
+    peak_memory_kind: str  # what was measured: cuda_reserved | cpu_rss_hwm
+    peak_allocated_bytes: int | None
+    estimated_peak_bytes: int | None
+    val_logloss: float
+    val_auc: float
+    baseline_logloss: float
+    train_loss: float
+    steps: int
+    samples: int
+    micro_batch: int
+    accum: int
+    effective_batch: int
+    oom_retries: int
+    device: str
+    elapsed_s: float
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class OutOfMemory(ElastuneError):
+    """An OOM the loop could not recover from (the micro-batch cannot be halved any further)."""
+
+
+def forward_backward(
+    model: nn.Module,
+    workload: Workload,
+    batch: Batch,
+    micro: int,
+    autocast: Callable[[], AbstractContextManager[object]],
+    scaler: torch.amp.GradScaler,
+    before_micro: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """Accumulate the gradients of one optimizer step over `batch`, `micro` samples at a time.
+
+    Each micro-batch's mean loss is weighted by its share of the batch, so the summed gradients
+    equal those of the whole batch in one pass: micro x accum is exact, not an approximation.
+    Returns the step's mean loss as a tensor (not `.item()`: that would be a CPU-GPU sync).
+    """
+    total = len(batch)
+    step_loss = torch.zeros((), device=batch.labels.device)
+    for index, start in enumerate(range(0, total, micro)):
+        if before_micro is not None:
+            before_micro(index)
+        part = batch.slice(start, min(start + micro, total))
+        with autocast():
+            loss = workload.loss(model, part) * (len(part) / total)
+        # Scale before backward so fp16 gradients do not underflow (a no-op for fp32/bf16).
+        scaler.scale(loss).backward()
+        step_loss += loss.detach()
+    return step_loss
+
+
+def train(
+    cfg: RunConfig,
+    *,
+    probe: DeviceProbe | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    fault: FaultHook | None = None,
+    progress_every: int = 10,
+) -> TrainResult:
+    # -- set-up: refuse what cannot run before anything is built
+    device = resolve_device(cfg.device)
+    check_precision(cfg.precision, device)
+    from elastune.memory.estimate import estimate  # lazy: the estimator imports this module
+
+    estimated = estimate(cfg).peak_bytes
+    torch.manual_seed(cfg.seed)
+    workload = build_workload(cfg)
+    autocast = autocast_for(cfg.precision, device)
+    probe = probe or probe_for(device)
+    _warm_up_runtime(device)
+    probe.reset()  # the baseline: everything from here on is this run's memory
+
+    # -- build: model, optimizers, scaler, data stream; maybe resume
+    source = workload.data_source()
+    model = workload.build_model().to(device)
+    opts = Optimizers(model, cfg.optimizer)
+    scaler = grad_scaler(cfg.precision, device)
+    state = LoopState(micro=cfg.batch.micro, accum=cfg.batch.accum)
+    ckpt = cfg.checkpoint
+    if ckpt.resume and ckpt.path is not None and ckpt.path.is_file():
+        state = load_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, config=cfg.to_dict())
+    effective = state.micro * state.accum  # fixed for the run; OOM recovery only re-splits it
+    model.train()
+
+    # -- steps
+    timed_from: tuple[float, int] | None = None
+    loss_sum, loss_steps, last_loss = torch.zeros((), device=device), 0, float("nan")
+    while state.step < cfg.steps:
+        if timed_from is None and state.step >= cfg.warmup_steps:
+            timed_from = (time.perf_counter(), state.samples)
+        # data: this step's samples, read once, so a retry after OOM redoes exactly them
+        batch = source.read(state.samples, effective).to(device)
+        step, before_micro = state.step, None
+        if fault is not None:
+            before_micro = lambda i: fault(step, i)  # noqa: E731
+        try:
+            step_loss = forward_backward(model, workload, batch, state.micro, autocast, scaler, before_micro)
+        except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError
+            if not is_oom(exc):
+                raise
+            _recover_from_oom(state, opts, device, exc)
+            continue
+        # update: the only place parameters change
+        opts.step(scaler)
+        opts.zero_grad()
+        state.step += 1
+        state.samples += effective
+        loss_sum += step_loss
+        loss_steps += 1
+        if on_progress is not None and (state.step % progress_every == 0 or state.step == cfg.steps):
+            last_loss = float(loss_sum) / loss_steps  # a CPU-GPU sync, once per report
+            loss_sum.zero_()
+            loss_steps = 0
+            on_progress(Progress(state.step, cfg.steps, state.samples, last_loss, _rate(timed_from, state)))
+        if ckpt.every and ckpt.path is not None and state.step % ckpt.every == 0:
+            save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # queued kernels belong to the timed window
+    samples_per_s = _rate(timed_from, state) or 0.0
+    elapsed = time.perf_counter() - timed_from[0] if timed_from else 0.0
+    if loss_steps:
+        last_loss = float(loss_sum) / loss_steps
+    if ckpt.path is not None:
+        save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
+
+    # -- evaluate, then measure: eval runs at the micro-batch size, inside the memory window
+    model.eval()
+    eval_batch = cfg.eval.batch or state.micro
+    with autocast():
+        quality = evaluate(
+            lambda b: workload.predict(model, b), source.eval_batches(cfg.eval.samples, eval_batch), device
+        )
+    peak: MemoryPeak = probe.peak()
+
+    return TrainResult(
+        samples_per_s=samples_per_s,
+        peak_memory_bytes=peak.peak_bytes,
+        peak_memory_kind=peak.kind,
+        peak_allocated_bytes=peak.allocated_bytes,
+        estimated_peak_bytes=estimated,
+        val_logloss=quality.logloss,
+        val_auc=quality.auc,
+        baseline_logloss=quality.baseline_logloss,
+        train_loss=last_loss,
+        steps=state.step,
+        samples=state.samples,
+        micro_batch=state.micro,
+        accum=state.accum,
+        effective_batch=effective,
+        oom_retries=state.oom_retries,
+        device=str(device),
+        elapsed_s=elapsed,
+        config=cfg.to_dict(),
+    )
+
+
+def _recover_from_oom(state: LoopState, opts: Optimizers, device: torch.device, exc: BaseException) -> None:
+    """Drop the step's partial gradients, halve the micro-batch, double accumulation."""
+    opts.zero_grad()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # hand the failed step's cached blocks back before retrying
+    smaller = shrink(state.micro, state.accum)
+    if smaller is None:
+        raise OutOfMemory(
+            f"out of memory at batch.micro={state.micro}, which cannot be halved further: {exc}; "
+            "lower the memory use (a smaller embedding, a lower precision) or raise the ceiling"
+        ) from exc
+    state.micro, state.accum = smaller
+    state.oom_retries += 1
+
+
+def _rate(timed_from: tuple[float, int] | None, state: LoopState) -> float | None:
+    if timed_from is None:
+        return None
+    seconds = time.perf_counter() - timed_from[0]
+    return (state.samples - timed_from[1]) / seconds if seconds > 0 else None
+
+
+def _warm_up_runtime(device: torch.device) -> None:
+    """Run one tiny training step so torch's lazily built pieces (kernels, autograd threads,
+    allocator pools) exist before the baseline; they are the runtime's memory, not the run's."""
+    emb = nn.EmbeddingBag(16, 4, mode="sum").to(device)
+    lin = nn.Linear(4, 1).to(device)
+    opt = torch.optim.Adam([*emb.parameters(), *lin.parameters()])
+    ids = torch.zeros(8, 2, dtype=torch.int64, device=device)
+    for _ in range(2):
+        lin(emb(ids)).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)

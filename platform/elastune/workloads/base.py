@@ -1,0 +1,81 @@
+"""The Workload protocol: what the training loop needs from a model family.
+
+The loop knows nothing about DLRM; it asks the workload for a model, a data source and a loss.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from elastune.config import RunConfig
+from elastune.embeddings import build_embedding
+from elastune.workloads.data import (
+    NUM_DENSE,
+    Batch,
+    CriteoParquet,
+    CriteoTSV,
+    DataSource,
+    SyntheticCriteo,
+    table_sizes,
+)
+from elastune.workloads.dlrm import DLRM
+
+__all__ = ["DLRMWorkload", "Workload", "build_workload"]
+
+
+class Workload(Protocol):
+    def build_model(self) -> nn.Module: ...
+
+    def data_source(self) -> DataSource: ...
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Mean loss of `batch` (a mean, so micro-batch losses average into the step's loss)."""
+        ...
+
+    def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Probabilities for `batch`, used by evaluation."""
+        ...
+
+
+class DLRMWorkload:
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.table_sizes = table_sizes(cfg.data.rows_scale)
+
+    def build_model(self) -> nn.Module:
+        m = self.cfg.model
+        emb = build_embedding(self.table_sizes, m.embedding_dim, self.cfg.embedding)
+        return DLRM(NUM_DENSE, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
+
+    def data_source(self) -> DataSource:
+        d = self.cfg.data
+        if d.source == "synthetic":
+            return SyntheticCriteo(self.table_sizes, zipf_alpha=d.zipf_alpha, pooling=d.pooling, seed=d.seed)
+        reader = CriteoTSV if d.source == "criteo_tsv" else CriteoParquet
+        assert d.path is not None  # RunConfig guarantees it for file sources
+        return reader(
+            d.path,
+            self.table_sizes,
+            eval_path=d.eval_path,
+            eval_samples=0 if d.eval_path else self.cfg.eval.samples,
+            skip_malformed=d.skip_malformed,
+        )
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        logits = model(batch.dense, batch.sparse)
+        # BCE on logits in fp32: under autocast the logits may be fp16/bf16, and log-sigmoid of a
+        # low-precision logit loses the small probabilities the log loss is most sensitive to.
+        return F.binary_cross_entropy_with_logits(logits.float(), batch.labels)
+
+    def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        return torch.sigmoid(model(batch.dense, batch.sparse).float())
+
+
+def build_workload(cfg: RunConfig) -> Workload:
+    if cfg.workload == "dlrm":
+        return DLRMWorkload(cfg)
+    raise ValueError(f"unknown workload {cfg.workload!r}")  # unreachable: RunConfig validates it

@@ -1,0 +1,1 @@
+"""The web UI (installed as elastune.ui)."""
