@@ -1,0 +1,31 @@
+"""Shared fixtures. Everything a test starts (Ray, servers, threads) is stopped by the test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from elastune.config import RunConfig, load_run_config
+
+# A configuration small enough to train in a second or two on two CPU cores.
+TINY = [
+    "data.rows_scale=0.0005",
+    "model.embedding_dim=8",
+    "model.bottom_mlp=[16]",
+    "model.top_mlp=[16]",
+    "batch.micro=64",
+    "batch.accum=1",
+    "steps=6",
+    "warmup_steps=1",
+    "eval.samples=512",
+    "device=cpu",
+]
+
+
+@pytest.fixture
+def tiny_cfg() -> Callable[..., RunConfig]:
+    def make(*overrides: str, **_: Any) -> RunConfig:
+        return load_run_config(None, [*TINY, *overrides])
+
+    return make
