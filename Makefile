@@ -28,6 +28,7 @@ test-fast: install
 
 lint: install
 	$(VENV)/bin/ruff check platform jobs ui tests bench
+	$(VENV)/bin/ruff format --check platform jobs ui tests bench
 	$(VENV)/bin/mypy
 
 bench-estimator: install

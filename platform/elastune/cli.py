@@ -39,9 +39,7 @@ class Format(str, Enum):
     json = "json"
 
 
-ConfigArg = Annotated[
-    Path | None, typer.Argument(help="YAML run config; without it the embedded defaults are used.")
-]
+ConfigArg = Annotated[Path | None, typer.Argument(help="YAML run config; without it the embedded defaults are used.")]
 SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Override a key, e.g. --set batch.micro=2048 (repeatable)."),
@@ -130,7 +128,9 @@ def _result_dict(result: Any) -> dict[str, Any]:
 
 def _summary_rows(r: Any) -> list[tuple[str, str]]:
     est = r.estimated_peak_bytes
-    error = f" ({(est - r.peak_memory_bytes) / r.peak_memory_bytes:+.1%} vs measured)" if est and r.peak_memory_bytes else ""
+    error = ""
+    if est and r.peak_memory_bytes:
+        error = f" ({(est - r.peak_memory_bytes) / r.peak_memory_bytes:+.1%} vs measured)"
     return [
         ("throughput", f"{r.samples_per_s:,.0f} samples/s (after {r.config['warmup_steps']} warm-up steps)"),
         ("peak memory, measured", f"{human_bytes(r.peak_memory_bytes)} ({r.peak_memory_kind})"),
@@ -164,12 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    except Exception as exc:  # click's usage errors arrive here with standalone_mode=False
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            return 2
+    except Exception as exc:
+        # Usage errors arrive here with standalone_mode=False. Recent typer releases vendor their
+        # own click, so they are recognised by shape (show() and exit_code), not by class.
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            return code
         raise
     return 0
 

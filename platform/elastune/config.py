@@ -67,8 +67,7 @@ class DataConfig(_Section):
     def _files_need_a_path(self) -> DataConfig:
         if self.source != "synthetic" and self.path is None:
             raise ValueError(
-                f"data.source={self.source!r} needs data.path; set data.path=FILE "
-                "or use data.source=synthetic"
+                f"data.source={self.source!r} needs data.path; set data.path=FILE or use data.source=synthetic"
             )
         return self
 
@@ -147,13 +146,13 @@ class RunConfig(_Section):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     steps: int = Field(300, ge=1, description="Optimizer steps, warm-up included.")
     warmup_steps: int = Field(20, ge=0, description="Steps left out of the throughput figure.")
-    data: DataConfig = Field(default_factory=DataConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    embedding: EmbeddingConfig = Field(default_factory=EmbeddingConfig)
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    batch: BatchConfig = Field(default_factory=BatchConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    data: DataConfig = Field(default_factory=lambda: DataConfig())
+    model: ModelConfig = Field(default_factory=lambda: ModelConfig())
+    embedding: EmbeddingConfig = Field(default_factory=lambda: EmbeddingConfig())
+    optimizer: OptimizerConfig = Field(default_factory=lambda: OptimizerConfig())
+    batch: BatchConfig = Field(default_factory=lambda: BatchConfig())
+    eval: EvalConfig = Field(default_factory=lambda: EvalConfig())
+    checkpoint: CheckpointConfig = Field(default_factory=lambda: CheckpointConfig())
 
     @field_validator("device")
     @classmethod
@@ -236,9 +235,7 @@ def _read_yaml_mapping(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(
-            [Problem("config", str(path), f"is not valid YAML{where}: {exc}; fix the syntax")]
-        ) from None
+        raise ConfigError([Problem("config", str(path), f"is not valid YAML{where}: {exc}; fix the syntax")]) from None
     if not isinstance(loaded, dict):
         raise ConfigError([Problem("config", str(path), "must be a YAML mapping of keys to values")])
     return loaded
@@ -257,9 +254,7 @@ def _set_path(target: dict[str, Any], keys: list[str], value: Any) -> None:
 # Turning pydantic's errors into Problems that say how to fix them.
 
 
-def problems_from_validation(
-    exc: ValidationError, model: type[BaseModel], raw: Mapping[str, Any]
-) -> list[Problem]:
+def problems_from_validation(exc: ValidationError, model: type[BaseModel], raw: Mapping[str, Any]) -> list[Problem]:
     problems = []
     for err in exc.errors(include_url=False):
         loc = [str(part) for part in err["loc"]]
@@ -311,9 +306,9 @@ def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
 
 def _lookup(raw: Any, loc: Sequence[Any]) -> Any:
     for part in loc:
-        if isinstance(raw, Mapping) and part in raw:
-            raw = raw[part]
-        elif isinstance(raw, list) and isinstance(part, int) and part < len(raw):
+        in_mapping = isinstance(raw, Mapping) and part in raw
+        in_list = isinstance(raw, list) and isinstance(part, int) and part < len(raw)
+        if in_mapping or in_list:
             raw = raw[part]
         else:
             return MISSING

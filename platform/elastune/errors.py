@@ -42,7 +42,8 @@ def _show(value: object) -> str | None:
     if value is _MISSING:
         return None
     text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    # Long enough for a file path, which the user must see whole; cut only runaway values.
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 _MISSING = object()

@@ -8,6 +8,7 @@ table-batched embedding).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -25,6 +26,7 @@ def feature_offsets(table_sizes: Sequence[int]) -> torch.Tensor:
 
 
 class FullEmbedding(nn.Module):
+    offsets: torch.Tensor
     def __init__(self, table_sizes: Sequence[int], dim: int) -> None:
         super().__init__()
         self.table_sizes = tuple(int(n) for n in table_sizes)
@@ -36,9 +38,11 @@ class FullEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         # DLRM's init: uniform in ±sqrt(1/rows) per table, so small tables start with larger rows.
         with torch.no_grad():
-            for start, rows in zip(self.offsets.tolist(), self.table_sizes, strict=True):
+            start = 0
+            for rows in self.table_sizes:
                 bound = rows**-0.5
                 self.bag.weight[start : start + rows].uniform_(-bound, bound)
+                start += rows
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         batch, features, pooling = ids.shape
@@ -46,7 +50,7 @@ class FullEmbedding(nn.Module):
         return self.bag(flat).view(batch, features, self.dim)
 
     def sparse_parameters(self) -> list[nn.Parameter]:
-        return [self.bag.weight]
+        return [cast(nn.Parameter, self.bag.weight)]
 
 
 def _param_bytes(table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig) -> int:

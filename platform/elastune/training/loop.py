@@ -9,6 +9,7 @@ steps after warm-up, data generation included, because that is what a user waits
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -140,9 +141,7 @@ def train(
             timed_from = (time.perf_counter(), state.samples)
         # data: this step's samples, read once, so a retry after OOM redoes exactly them
         batch = source.read(state.samples, effective).to(device)
-        step, before_micro = state.step, None
-        if fault is not None:
-            before_micro = lambda i: fault(step, i)  # noqa: E731
+        before_micro = None if fault is None else functools.partial(fault, state.step)
         try:
             step_loss = forward_backward(model, workload, batch, state.micro, autocast, scaler, before_micro)
         except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError

@@ -24,9 +24,7 @@ class EvalResult:
     samples: int
 
 
-def evaluate(
-    predict: Callable[[Batch], torch.Tensor], batches: Iterable[Batch], device: torch.device
-) -> EvalResult:
+def evaluate(predict: Callable[[Batch], torch.Tensor], batches: Iterable[Batch], device: torch.device) -> EvalResult:
     probs, labels = [], []
     with torch.no_grad():
         for batch in batches:
@@ -37,6 +35,4 @@ def evaluate(
     rate = float(y.mean())
     baseline = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate)) if 0 < rate < 1 else 0.0
     auc = float(roc_auc_score(y, p)) if 0 < rate < 1 else float("nan")
-    return EvalResult(
-        logloss=float(log_loss(y, p, labels=[0, 1])), auc=auc, baseline_logloss=baseline, samples=len(y)
-    )
+    return EvalResult(logloss=float(log_loss(y, p, labels=[0, 1])), auc=auc, baseline_logloss=baseline, samples=len(y))

@@ -31,9 +31,7 @@ def resolve_device(name: str) -> torch.device:
         index = device.index or 0
         if index >= count:
             have = f"{count} CUDA device(s)" if count else "no CUDA device"
-            raise DeviceError(
-                f"device={name!r}: this machine has {have}; use device=cpu or device=auto"
-            )
+            raise DeviceError(f"device={name!r}: this machine has {have}; use device=cpu or device=auto")
         device = torch.device("cuda", index)
     return device
 
@@ -53,9 +51,7 @@ def check_precision(precision: str, device: torch.device) -> None:
             x = torch.ones(2, 2, device=device)
             (x @ x).sum().item()
     except RuntimeError as exc:
-        raise DeviceError(
-            f"precision={precision!r} cannot run on {device}: {exc}; use precision=fp32"
-        ) from None
+        raise DeviceError(f"precision={precision!r} cannot run on {device}: {exc}; use precision=fp32") from None
 
 
 def autocast_for(precision: str, device: torch.device) -> Callable[[], AbstractContextManager[object]]:

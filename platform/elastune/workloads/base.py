@@ -28,6 +28,8 @@ __all__ = ["DLRMWorkload", "Workload", "build_workload"]
 
 
 class Workload(Protocol):
+    table_sizes: tuple[int, ...]  # rows of each sparse feature's table
+
     def build_model(self) -> nn.Module: ...
 
     def data_source(self) -> DataSource: ...

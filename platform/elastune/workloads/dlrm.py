@@ -7,6 +7,7 @@ pairwise dot products of those 27 vectors (the "interaction") + the bottom outpu
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -17,7 +18,7 @@ __all__ = ["DLRM", "mlp"]
 
 def mlp(widths: Sequence[int], *, last_activation: bool) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for i, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
         layers.append(nn.Linear(fan_in, fan_out))
         if i < len(widths) - 2 or last_activation:
             layers.append(nn.ReLU())
@@ -25,6 +26,9 @@ def mlp(widths: Sequence[int], *, last_activation: bool) -> nn.Sequential:
 
 
 class DLRM(nn.Module):
+    pair_rows: torch.Tensor
+    pair_cols: torch.Tensor
+
     def __init__(
         self,
         num_dense: int,

@@ -1,0 +1,44 @@
+"""The repository's shape: things that would silently break imports or packaging."""
+
+from __future__ import annotations
+
+import importlib
+import platform as stdlib_platform
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_platform_dir_is_not_a_package() -> None:
+    # platform/__init__.py would shadow Python's stdlib `platform` module for anything run from
+    # the repository root.
+    assert not (ROOT / "platform" / "__init__.py").exists()
+    assert hasattr(stdlib_platform, "python_version"), "stdlib platform is shadowed"
+
+
+def test_jobs_and_ui_live_in_the_elastune_namespace() -> None:
+    for name in ("elastune.jobs", "elastune.ui"):
+        module = importlib.import_module(name)
+        assert module.__file__ is not None
+        assert Path(module.__file__).parent.name == name.split(".")[1]
+
+
+def test_library_packages_declare_their_public_surface() -> None:
+    for name in ("elastune.embeddings", "elastune.workloads", "elastune.errors", "elastune.config"):
+        assert importlib.import_module(name).__all__
+
+
+def test_every_package_directory_is_listed_in_pyproject() -> None:
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT / "platform").parts)
+        for init in (ROOT / "platform" / "elastune").rglob("__init__.py")
+    }
+    found |= {
+        f"elastune.{init.parent.relative_to(ROOT).as_posix().replace('/', '.')}"
+        for root in ("jobs", "ui")
+        for init in (ROOT / root).rglob("__init__.py")
+    }
+    assert found == listed

@@ -1,0 +1,118 @@
+"""The training loop's promises: exact accumulation, lossless OOM recovery, exact resume."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from elastune.config import RunConfig
+from elastune.errors import DeviceError
+from elastune.training.loop import OutOfMemory, train
+from elastune.workloads.data import table_sizes
+
+MakeCfg = Callable[..., RunConfig]
+
+
+def final_weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=False)["model"]
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m, k=key: f"{k}: {m}")
+
+
+def test_micro_times_accum_equals_one_big_batch(tiny_cfg: MakeCfg, tmp_path: Path) -> None:
+    split = train(tiny_cfg("batch.micro=32", "batch.accum=4", f"checkpoint.path={tmp_path / 'a.ckpt'}"))
+    whole = train(tiny_cfg("batch.micro=128", "batch.accum=1", f"checkpoint.path={tmp_path / 'b.ckpt'}"))
+    assert split.effective_batch == whole.effective_batch == 128
+    assert split.samples == whole.samples == 6 * 128
+    assert_same_weights(final_weights(tmp_path / "a.ckpt"), final_weights(tmp_path / "b.ckpt"), atol=1e-5)
+
+
+def test_accumulation_is_not_the_same_as_a_smaller_batch(tiny_cfg: MakeCfg, tmp_path: Path) -> None:
+    # The equivalence above must be able to fail: micro 32 without accumulation trains differently.
+    train(tiny_cfg("batch.micro=32", "batch.accum=1", f"checkpoint.path={tmp_path / 'a.ckpt'}"))
+    train(tiny_cfg("batch.micro=128", "batch.accum=1", f"checkpoint.path={tmp_path / 'b.ckpt'}"))
+    with pytest.raises(AssertionError):
+        assert_same_weights(final_weights(tmp_path / "a.ckpt"), final_weights(tmp_path / "b.ckpt"), atol=1e-5)
+
+
+@pytest.mark.parametrize("micro_index", [0, 2])
+def test_oom_mid_step_halves_micro_and_loses_nothing(tiny_cfg: MakeCfg, tmp_path: Path, micro_index: int) -> None:
+    fired: list[tuple[int, int]] = []
+
+    def oom_once(step: int, index: int) -> None:
+        if (step, index) == (3, micro_index) and not fired:
+            fired.append((step, index))
+            raise torch.OutOfMemoryError("injected: CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    args = ("batch.micro=32", "batch.accum=4")  # four micro-batches: the OOM can hit the third
+    hit = train(tiny_cfg(*args, f"checkpoint.path={tmp_path / 'oom.ckpt'}"), fault=oom_once)
+    clean = train(tiny_cfg(*args, f"checkpoint.path={tmp_path / 'clean.ckpt'}"))
+    assert fired == [(3, micro_index)]
+    assert hit.oom_retries == 1 and clean.oom_retries == 0
+    assert (hit.micro_batch, hit.accum, hit.effective_batch) == (16, 8, 128)
+    assert hit.samples == clean.samples == 6 * 128  # nothing lost, nothing counted twice
+    assert_same_weights(final_weights(tmp_path / "oom.ckpt"), final_weights(tmp_path / "clean.ckpt"), atol=1e-5)
+
+
+def test_oom_that_cannot_shrink_is_a_clear_error(tiny_cfg: MakeCfg) -> None:
+    def always(step: int, index: int) -> None:
+        raise torch.OutOfMemoryError("injected")
+
+    with pytest.raises(OutOfMemory, match=r"batch\.micro=1, which cannot be halved"):
+        train(tiny_cfg("batch.micro=4"), fault=always)
+
+
+def test_non_oom_errors_are_not_swallowed(tiny_cfg: MakeCfg) -> None:
+    def broken(step: int, index: int) -> None:
+        raise RuntimeError("something else broke")
+
+    with pytest.raises(RuntimeError, match="something else broke"):
+        train(tiny_cfg(), fault=broken)
+
+
+def test_resume_continues_exactly(tiny_cfg: MakeCfg, tmp_path: Path) -> None:
+    straight = tmp_path / "straight.ckpt"
+    resumed = tmp_path / "resumed.ckpt"
+    train(tiny_cfg("steps=8", f"checkpoint.path={straight}"))
+    train(tiny_cfg("steps=4", f"checkpoint.path={resumed}"))
+    shutil.copy(resumed, tmp_path / "half.ckpt")
+    result = train(tiny_cfg("steps=8", f"checkpoint.path={resumed}", "checkpoint.resume=true"))
+    assert result.steps == 8 and result.samples == 8 * 64
+    assert_same_weights(final_weights(straight), final_weights(resumed), atol=1e-6)
+    # ...and the check can fail: the half-way weights differ from the finished ones.
+    with pytest.raises(AssertionError):
+        assert_same_weights(final_weights(straight), final_weights(tmp_path / "half.ckpt"), atol=1e-6)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_low_precision_trains(tiny_cfg: MakeCfg, precision: str) -> None:
+    result = train(tiny_cfg(f"precision={precision}"))
+    assert math.isfinite(result.train_loss) and math.isfinite(result.val_logloss)
+
+
+def test_missing_gpu_is_an_input_error(tiny_cfg: MakeCfg) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DeviceError, match="device='cuda:0': this machine has no CUDA device"):
+        train(tiny_cfg("device=cuda:0"))
+
+
+def test_result_reports_what_it_measured(tiny_cfg: MakeCfg) -> None:
+    # A 43 MB table: above glibc's largest mmap threshold (32 MiB), so it takes fresh resident
+    # pages whatever earlier tests left in this process's heap.
+    r = train(tiny_cfg("data.rows_scale=0.02", "model.embedding_dim=16"))
+    table = sum(table_sizes(0.02)) * 16 * 4
+    assert r.samples_per_s > 0
+    assert r.peak_memory_kind == "cpu_rss_hwm"
+    assert r.peak_memory_bytes >= 3 * table  # the table, its gradient and Adam's two moments
+    assert r.estimated_peak_bytes is not None and r.estimated_peak_bytes > 0
+    assert 0.0 <= r.val_auc <= 1.0
+    assert r.config["batch"]["micro"] == 64
