@@ -92,15 +92,69 @@ class ModelConfig(_Section):
         return widths
 
 
-class EmbeddingConfig(_Section):
-    """How the sparse features' tables are stored and looked up."""
+Strategy = Literal["full", "half", "int8", "hashed", "qr", "mixed_dim", "shared", "cached"]
+SparseOptimizer = Literal["adam", "sgd", "adagrad", "rowwise_adagrad"]
+# Strategies whose storage is not an fp32 autograd parameter update their own rows, with one of
+# elastune's row-wise sparse optimizers (embeddings/sparse_optim.py), never with dense Adam.
+SELF_UPDATING: frozenset[str] = frozenset({"half", "int8", "cached"})
+ROW_OPTIMIZERS: frozenset[str] = frozenset({"sgd", "adagrad", "rowwise_adagrad"})
 
-    strategy: Literal["full"] = Field("full", description="Embedding strategy (full = fp32 rows).")
+
+class EmbeddingConfig(_Section):
+    """How the sparse features' tables are stored and looked up (embeddings/)."""
+
+    strategy: Strategy = Field(
+        "full",
+        description="full (fp32 rows) | half (fp16/bf16 storage) | int8 (row-wise quantized) | "
+        "hashed (k hashes into B buckets) | qr (quotient-remainder) | mixed_dim (frequency blocks of "
+        "decreasing dim) | shared (feature groups share a table) | cached (hot rows on device over host)",
+    )
+    dtype: Literal["fp16", "bf16"] = Field("fp16", description="half: the storage dtype.")
+    buckets: int | None = Field(None, ge=1, description="hashed / qr / shared: rows per table (a cap).")
+    compression: float | None = Field(
+        None, ge=1, description="hashed / qr / shared: rows per table = ceil(rows / compression)."
+    )
+    num_hashes: int = Field(2, ge=1, le=8, description="hashed: hash functions per id, summed.")
+    qr_combine: Literal["mult", "add", "concat"] = Field("mult", description="qr: how the two rows combine.")
+    mixed_blocks: int = Field(4, ge=1, le=8, description="mixed_dim: frequency blocks per table.")
+    mixed_min_dim: int = Field(2, ge=1, description="mixed_dim: smallest block dimension.")
+    groups: list[list[int]] | None = Field(
+        None,
+        description="shared: feature indices (0-25) per shared table; default: features of similar size are paired.",
+    )
+    cache_rows: int | None = Field(None, ge=1, description="cached: rows held on the device.")
+    cache_ratio: float | None = Field(
+        None, gt=0, le=1, description="cached: rows held on the device, as a share of all rows (default 0.1)."
+    )
+    backend: Literal["torch", "fbgemm"] = Field(
+        "torch", description="torch | fbgemm (fbgemm-gpu-cpu fused kernels, where installed)."
+    )
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy_is_built(cls, value: str) -> str:
+        from elastune.embeddings import strategies  # lazy: the registry imports this module
+
+        if value not in strategies():
+            raise ValueError(f"strategy {value!r} is not available in this build; available: {', '.join(strategies())}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_size_knob(self) -> EmbeddingConfig:
+        if self.buckets is not None and self.compression is not None:
+            raise ValueError("set embedding.buckets or embedding.compression, not both")
+        if self.cache_rows is not None and self.cache_ratio is not None:
+            raise ValueError("set embedding.cache_rows or embedding.cache_ratio, not both")
+        return self
 
 
 class OptimizerConfig(_Section):
     dense: Literal["adam", "sgd", "adagrad"] = Field("adam", description="For the MLPs.")
-    sparse: Literal["adam"] = Field("adam", description="For the embedding tables.")
+    sparse: SparseOptimizer = Field(
+        "adam",
+        description="For the embedding tables: adam (dense torch Adam, the baseline) or a row-wise "
+        "sparse optimizer whose cost grows with the rows a step touches: sgd | adagrad | rowwise_adagrad.",
+    )
     lr: float = Field(3e-3, gt=0, le=10)
 
 
@@ -160,6 +214,16 @@ class RunConfig(_Section):
         if not _DEVICE.match(value):
             raise ValueError("must be auto, cpu, cuda or cuda:N (e.g. cuda:0)")
         return value
+
+    @model_validator(mode="after")
+    def _strategy_fits_optimizer(self) -> RunConfig:
+        if self.embedding.strategy in SELF_UPDATING and self.optimizer.sparse not in ROW_OPTIMIZERS:
+            raise ValueError(
+                f"embedding.strategy={self.embedding.strategy} updates its own rows and needs a row-wise "
+                f"sparse optimizer, not optimizer.sparse={self.optimizer.sparse}; set optimizer.sparse to "
+                "sgd, adagrad or rowwise_adagrad"
+            )
+        return self
 
     @model_validator(mode="after")
     def _warmup_below_steps(self) -> RunConfig:

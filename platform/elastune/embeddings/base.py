@@ -41,9 +41,14 @@ class EmbeddingStrategy(Protocol):
 @dataclass(frozen=True)
 class StrategySpec:
     name: str
-    build: Callable[[Sequence[int], int, EmbeddingConfig], nn.Module]
-    # Bytes of parameters (storage dtype), before gradients and optimizer state.
-    param_bytes: Callable[[Sequence[int], int, EmbeddingConfig], int]
+    # build(table_sizes, dim, cfg, sparse_optimizer) -> the module; sparse_optimizer is
+    # optimizer.sparse: adam (dense gradients) or a row optimizer (sparse gradients / self-updating).
+    build: Callable[[Sequence[int], int, EmbeddingConfig, str], nn.Module]
+    # Bytes the strategy keeps between steps: storage in its dtype plus any per-row metadata, and
+    # the row optimizer's state where the strategy holds it. The formula the tuner prices with;
+    # the contract suite checks it against the built module.
+    state_bytes: Callable[[Sequence[int], int, EmbeddingConfig, str], int]
+    self_updating: bool = False  # True: implements sparse_optim.SelfUpdating
 
 
 _REGISTRY: dict[str, StrategySpec] = {}
@@ -65,5 +70,7 @@ def get_strategy(name: str) -> StrategySpec:
         raise KeyError(f"unknown embedding strategy {name!r}; known: {', '.join(strategies())}") from None
 
 
-def build_embedding(table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig) -> nn.Module:
-    return get_strategy(cfg.strategy).build(table_sizes, dim, cfg)
+def build_embedding(
+    table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig, sparse_optimizer: str = "adam"
+) -> nn.Module:
+    return get_strategy(cfg.strategy).build(table_sizes, dim, cfg, sparse_optimizer)

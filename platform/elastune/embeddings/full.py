@@ -27,12 +27,15 @@ def feature_offsets(table_sizes: Sequence[int]) -> torch.Tensor:
 
 class FullEmbedding(nn.Module):
     offsets: torch.Tensor
-    def __init__(self, table_sizes: Sequence[int], dim: int) -> None:
+
+    def __init__(self, table_sizes: Sequence[int], dim: int, sparse_grad: bool = False) -> None:
         super().__init__()
         self.table_sizes = tuple(int(n) for n in table_sizes)
         self.dim = dim
         self.register_buffer("offsets", feature_offsets(self.table_sizes), persistent=False)
-        self.bag = nn.EmbeddingBag(sum(self.table_sizes), dim, mode="sum")
+        # sparse_grad: the backward yields only the touched rows (for the row-wise optimizers);
+        # otherwise a dense gradient the size of the table (what dense Adam needs).
+        self.bag = nn.EmbeddingBag(sum(self.table_sizes), dim, mode="sum", sparse=sparse_grad)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -53,14 +56,14 @@ class FullEmbedding(nn.Module):
         return [cast(nn.Parameter, self.bag.weight)]
 
 
-def _param_bytes(table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig) -> int:
-    return sum(table_sizes) * dim * 4
+def _state_bytes(table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig, sparse_optimizer: str) -> int:
+    return sum(table_sizes) * dim * 4  # optimizer state lives in the optimizer, priced by it
 
 
 register(
     StrategySpec(
         name="full",
-        build=lambda sizes, dim, cfg: FullEmbedding(sizes, dim),
-        param_bytes=_param_bytes,
+        build=lambda sizes, dim, cfg, opt: FullEmbedding(sizes, dim, sparse_grad=opt != "adam"),
+        state_bytes=_state_bytes,
     )
 )

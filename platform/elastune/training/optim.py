@@ -1,7 +1,10 @@
 """Two optimizers: one for the dense MLPs, one for the embedding tables.
 
 Embedding tables are most of the parameters but each step touches few of their rows, so they get
-their own optimizer (`optimizer.sparse`); the MLPs get `optimizer.dense`.
+their own optimizer (`optimizer.sparse`): dense torch Adam (the baseline: its state and its step
+cost scale with the whole table) or one of elastune's row-wise optimizers (embeddings/
+sparse_optim.py), whose step cost scales with the rows touched. Strategies that store rows in
+their own format (half, int8, cached) apply the row-wise update themselves (`SelfUpdating`).
 """
 
 from __future__ import annotations
@@ -12,23 +15,37 @@ import torch
 from torch import nn
 
 from elastune.config import OptimizerConfig
+from elastune.embeddings.sparse_optim import RowUpdate, SelfUpdating, SparseRowOptimizer
 
 __all__ = ["Optimizers"]
 
 _DENSE = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "adagrad": torch.optim.Adagrad}
-_SPARSE = {"adam": torch.optim.Adam}
 
 
 class Optimizers:
     def __init__(self, model: nn.Module, cfg: OptimizerConfig) -> None:
-        sparse = list(model.embeddings.sparse_parameters())  # type: ignore[union-attr,operator]
+        emb = model.embeddings
+        sparse = list(emb.sparse_parameters())  # type: ignore[union-attr,operator]
         sparse_ids = {id(p) for p in sparse}
         dense = [p for p in model.parameters() if id(p) not in sparse_ids and p.requires_grad]
         self.dense = _DENSE[cfg.dense](dense, lr=cfg.lr)
-        self.sparse = _SPARSE[cfg.sparse](sparse, lr=cfg.lr)
-        self.all = [self.dense, self.sparse]
+        self.all: list[torch.optim.Optimizer] = [self.dense]
+        self.sparse: torch.optim.Optimizer | None = None
+        if sparse:
+            if cfg.sparse == "adam":
+                self.sparse = torch.optim.Adam(sparse, lr=cfg.lr)
+            else:
+                self.sparse = SparseRowOptimizer(sparse, cfg.sparse, lr=cfg.lr)
+            self.all.append(self.sparse)
+        # A self-updating strategy holds its rows (and their optimizer state) itself.
+        self.self_updating: SelfUpdating | None = emb if isinstance(emb, SelfUpdating) else None
+        self.row_update = RowUpdate(cfg.sparse, cfg.lr) if cfg.sparse != "adam" else None
 
     def step(self, scaler: torch.amp.GradScaler) -> None:
+        if self.self_updating is not None:
+            assert self.row_update is not None  # RunConfig pairs self-updating strategies with one
+            scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
+            self.self_updating.sparse_step(self.row_update, scale)  # skips itself on inf/nan
         for opt in self.all:
             scaler.step(opt)  # unscales first, and skips the step if fp16 grads overflowed
         scaler.update()
@@ -36,10 +53,17 @@ class Optimizers:
     def zero_grad(self) -> None:
         for opt in self.all:
             opt.zero_grad(set_to_none=True)  # None, not zeros: the memory is freed between steps
+        if self.self_updating is not None:
+            self.self_updating.zero_pending()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"dense": self.dense.state_dict(), "sparse": self.sparse.state_dict()}
+        # A self-updating strategy's row state is in the model's state_dict (it travels with rows).
+        state = {"dense": self.dense.state_dict()}
+        if self.sparse is not None:
+            state["sparse"] = self.sparse.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.dense.load_state_dict(state["dense"])
-        self.sparse.load_state_dict(state["sparse"])
+        if self.sparse is not None:
+            self.sparse.load_state_dict(state["sparse"])

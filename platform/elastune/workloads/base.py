@@ -50,7 +50,7 @@ class DLRMWorkload:
 
     def build_model(self) -> nn.Module:
         m = self.cfg.model
-        emb = build_embedding(self.table_sizes, m.embedding_dim, self.cfg.embedding)
+        emb = build_embedding(self.table_sizes, m.embedding_dim, self.cfg.embedding, self.cfg.optimizer.sparse)
         return DLRM(NUM_DENSE, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
 
     def data_source(self) -> DataSource:
