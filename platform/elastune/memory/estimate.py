@@ -11,13 +11,17 @@ The traced peak counts tensors only. What a device really holds is more, and dif
 the overhead model below adds it and is calibrated against measured peaks (bench/estimator.py,
 figures in bench/RESULTS.md):
 
-- CPU (`cpu_rss_hwm`, resident-set high-water mark): glibc serves large blocks with mmap and
-  smaller ones (up to a threshold that it raises as blocks are freed, to 32 MiB) from heap arenas
-  that it does not hand back at once. So the resident peak exceeds the traced peak by a fixed
-  amount, a share of the step's activations (their freed heap blocks stay resident while the
-  optimizer step allocates elsewhere), and a per-sample amount for reading the batch. The
-  coefficients are a least-squares fit to measured peaks; table-sized tensors dominate large
-  configs and are predicted almost exactly, so the model matters most for small tables.
+- CPU (`cpu_rss_hwm`, resident-set high-water mark): glibc serves blocks under an adaptive
+  threshold (at most 32 MiB) from heap arenas that it does not hand back at once, and larger ones
+  with mmap, returned on free. So the resident peak exceeds the traced peak by: a fixed amount
+  (runtime, autograd bookkeeping, the data stream's chunk cache), about the step's activations
+  again (their freed heap blocks stay resident), a per-sample amount for reading the batch, and
+  about one more copy of the largest block when that block is small enough for the heap (a
+  table under 32 MiB: its gradient and the optimizer's temporaries leave holes). Coefficients are a
+  least-squares fit to steady-state measurements (bench/estimator.py, 50-step runs). Tables over
+  32 MiB dominate large configs and are predicted within a few percent by the trace alone; small
+  configs carry the model's error and the run-to-run variance of the resident peak (about ±10%
+  for identical ~200 MiB runs; see bench/RESULTS.md).
 - CUDA (`cuda_reserved`, the caching allocator's reserved peak): the allocator rounds every block
   up (512 B; 2 MiB segments for blocks over 1 MiB) and keeps freed blocks cached, which is modelled
   by rounding each traced allocation and a share of fragmentation. Not yet calibrated on a GPU.
@@ -50,10 +54,13 @@ PARTS = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
 # -- the overhead model (least squares over bench/estimator.py's configs; see bench/RESULTS.md) --
 _MiB = 2**20
-_CPU_FIXED = 26 * _MiB  # small tensors, autograd bookkeeping, the data stream's chunk cache
-_CPU_ACTIVATION_SHARE = 0.65  # heap blocks of freed activations that glibc keeps resident
-_CPU_PER_SAMPLE = 2.94 * _MiB / 1024  # per sample of the effective batch: reading and slicing it
-_CPU_PER_EXTRA_ID = 3.4 * _MiB / 1024  # per pooled id beyond the first: id generation buffers
+# glibc (64-bit) serves a block from the heap once its adaptive mmap threshold has risen past the
+# block's size, which it does up to this cap; larger blocks are always mmapped and returned on free.
+_GLIBC_MMAP_MAX = 32 * _MiB
+_CPU_FIXED = 35.7 * _MiB  # small tensors, autograd bookkeeping, the data stream's chunk cache
+_CPU_ACTIVATION_SHARE = 1.04  # heap blocks of freed activations that glibc keeps resident
+_CPU_PER_SAMPLE = 2.38 * _MiB / 1024  # per sample of the effective batch: reading and slicing it
+_CPU_HEAP_BLOCK_SHARE = 0.93  # the largest block, when glibc serves it from the heap (< 32 MiB)
 _CUDA_SHARE = 0.05  # cached, fragmented blocks (uncalibrated: no GPU measured yet)
 _CUDA_FIXED = 8 * _MiB
 
@@ -82,11 +89,7 @@ def estimate(cfg: RunConfig, device: torch.device | None = None) -> Estimate:
     started = time.perf_counter()
     device = device or resolve_device(cfg.device)
     cuda = device.type == "cuda"
-    tracker = _LiveBytes(round_cuda=cuda)
-    # The trace runs on CPU fake tensors whatever the device: sizes and dtypes are the same, and
-    # it needs no GPU (a driver can estimate for a cluster it is not part of).
-    with FakeTensorMode(allow_non_fake_inputs=False), tracker:
-        _trace_training(cfg, tracker)
+    tracker = trace(cfg, cuda)
     parts = tracker.classify()
     traced = tracker.peak
     if cuda:
@@ -94,11 +97,12 @@ def estimate(cfg: RunConfig, device: torch.device | None = None) -> Estimate:
     else:
         activations = max(0, tracker.transient_peak - tracker.grad_bytes)
         samples = cfg.batch.effective
+        heap_block = tracker.largest_block if tracker.largest_block < _GLIBC_MMAP_MAX else 0
         other = int(
             _CPU_FIXED
             + _CPU_ACTIVATION_SHARE * activations
             + _CPU_PER_SAMPLE * samples
-            + _CPU_PER_EXTRA_ID * samples * (cfg.data.pooling - 1)
+            + _CPU_HEAP_BLOCK_SHARE * heap_block
         )
     breakdown = {**parts, "other": other}
     return Estimate(
@@ -109,6 +113,16 @@ def estimate(cfg: RunConfig, device: torch.device | None = None) -> Estimate:
         transient_peak_bytes=tracker.transient_peak,
         seconds=time.perf_counter() - started,
     )
+
+
+def trace(cfg: RunConfig, cuda: bool = False) -> _LiveBytes:
+    """Run the fake-tensor trace of `cfg` and return the tracker with its figures."""
+    tracker = _LiveBytes(round_cuda=cuda)
+    # The trace runs on CPU fake tensors whatever the device: sizes and dtypes are the same, and
+    # it needs no GPU (a driver can estimate for a cluster it is not part of).
+    with FakeTensorMode(allow_non_fake_inputs=False), tracker:
+        _trace_training(cfg, tracker)
+    return tracker
 
 
 def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
@@ -127,8 +141,7 @@ def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
         tracker.begin_transient()
         forward_backward(model, workload, batch, cfg.batch.micro, autocast, scaler)
         tracker.end_transient()
-        for opt in opts.all:
-            opt.step()
+        opts.step(scaler)
         tracker.mark(model, opts)  # grads and state are all alive here
         opts.zero_grad()
         del batch
@@ -158,6 +171,7 @@ class _LiveBytes(TorchDispatchMode):
         self._serial = 0
         self.transient_peak = self._transient_base = self._transient_top = 0
         self.grad_bytes = 0  # bytes of all gradients of one step (set by `mark`)
+        self.largest_block = 0  # the largest single allocation of the trace
         self._at_peak: dict[int, int] = {}  # serial -> bytes, live at the peak
         self._roles: dict[int, str] = {}  # serial -> parameters | gradients | optimizer_state
 
@@ -169,6 +183,10 @@ class _LiveBytes(TorchDispatchMode):
         return out
 
     def _track(self, t: torch.Tensor) -> None:
+        if t.is_sparse:  # a COO gradient: its memory is its indices and values
+            self._track(t._indices())
+            self._track(t._values())
+            return
         storage = t.untyped_storage()
         key = storage._cdata
         if key in self._live:
@@ -180,6 +198,7 @@ class _LiveBytes(TorchDispatchMode):
         self.current += size
         self.rounded_current += rounded
         self.rounded_peak = max(self.rounded_peak, self.rounded_current)
+        self.largest_block = max(self.largest_block, size)
         self._transient_top = max(self._transient_top, self.current)
         if self.current > self.peak:
             self.peak = self.current
@@ -215,6 +234,10 @@ class _LiveBytes(TorchDispatchMode):
                         self._role(value, "optimizer_state")
 
     def _role(self, t: torch.Tensor, role: str) -> None:
+        if t.is_sparse:
+            self._role(t._indices(), role)
+            self._role(t._values(), role)
+            return
         entry = self._live.get(t.untyped_storage()._cdata)
         if entry is not None:
             self._roles.setdefault(entry[0], role)
