@@ -112,7 +112,10 @@ class EmbeddingConfig(_Section):
     dtype: Literal["fp16", "bf16"] = Field("fp16", description="half: the storage dtype.")
     buckets: int | None = Field(None, ge=1, description="hashed / qr / shared: rows per table (a cap).")
     compression: float | None = Field(
-        None, ge=1, description="hashed / qr / shared: rows per table = ceil(rows / compression)."
+        None,
+        ge=1,
+        description="hashed / qr / shared: rows per table = ceil(rows / compression) (default 4 for hashed "
+        "and qr: for qr it sets the remainder table's rows; shared is uncapped by default).",
     )
     num_hashes: int = Field(2, ge=1, le=8, description="hashed: hash functions per id, summed.")
     qr_combine: Literal["mult", "add", "concat"] = Field("mult", description="qr: how the two rows combine.")
@@ -137,6 +140,16 @@ class EmbeddingConfig(_Section):
 
         if value not in strategies():
             raise ValueError(f"strategy {value!r} is not available in this build; available: {', '.join(strategies())}")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _groups_cover_the_features(cls, value: list[list[int]] | None) -> list[list[int]] | None:
+        if value is not None:
+            from elastune.embeddings.shared import validate_groups  # lazy: embeddings import config
+            from elastune.workloads.data import NUM_SPARSE
+
+            validate_groups(value, NUM_SPARSE)
         return value
 
     @model_validator(mode="after")

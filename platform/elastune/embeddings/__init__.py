@@ -1,6 +1,6 @@
 """Embedding strategies behind one interface (see base.py for the contract)."""
 
-from elastune.embeddings import full  # noqa: F401  (registers the strategy)
+from elastune.embeddings import full, hashed, mixed_dim, qr, shared  # noqa: F401  (registers the strategies)
 from elastune.embeddings.base import (
     EmbeddingStrategy,
     StrategySpec,
