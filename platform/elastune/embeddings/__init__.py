@@ -1,6 +1,6 @@
 """Embedding strategies behind one interface (see base.py for the contract)."""
 
-from elastune.embeddings import full, hashed, mixed_dim, qr, shared  # noqa: F401  (registers the strategies)
+from elastune.embeddings import cached, full, half, hashed, int8, mixed_dim, qr, shared  # noqa: F401  (registers them)
 from elastune.embeddings.base import (
     EmbeddingStrategy,
     StrategySpec,
