@@ -118,10 +118,14 @@ def test_same_seed_same_weights(name: str, extra: dict[str, Any]) -> None:
     assert torch.equal(first, build(name, **extra)(ids))
 
 
-@pytest.mark.parametrize(("name", "extra"), VARIANTS, ids=VARIANT_IDS)
+# Explicit shared groups are left out: a shared table inits for its largest member, so the small
+# features of a group with very unequal sizes start smaller than full's (a documented trade).
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [v for v in VARIANTS if "groups" not in v[1]],
+    ids=[i for i, v in zip(VARIANT_IDS, VARIANTS, strict=True) if "groups" not in v[1]],
+)
 def test_initial_magnitude_resembles_full(name: str, extra: dict[str, Any]) -> None:
-    if "groups" in extra:
-        pytest.skip("a shared table inits for its largest member: groups of very unequal sizes start smaller")
     ids = random_ids(SMALL, batch=512)
     torch.manual_seed(0)
     full = build("full")(ids).std().item()
@@ -363,9 +367,11 @@ def test_shared_features_do_not_collide_on_the_same_raw_id(extra: dict[str, Any]
 
 
 def test_shared_table_rows() -> None:
-    lay = shared_layout((1000, 900, 10, 3), cfg_of("shared", groups=[[0, 1], [2, 3]], compression=4))
+    # Four features, not the workload's 26: build the config without RunConfig's 26-feature check.
+    four = EmbeddingConfig.model_construct
+    lay = shared_layout((1000, 900, 10, 3), four(strategy="shared", groups=[[0, 1], [2, 3]], compression=4))
     assert lay.rows == [250, 3]
-    lay = shared_layout((1000, 900, 10, 3), cfg_of("shared", groups=[[0, 1, 2, 3]], buckets=2))
+    lay = shared_layout((1000, 900, 10, 3), four(strategy="shared", groups=[[0, 1, 2, 3]], buckets=2))
     assert lay.rows == [4]  # never fewer rows than features, so same raw ids cannot collide
 
 

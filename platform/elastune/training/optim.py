@@ -28,12 +28,12 @@ class Optimizers:
         sparse = list(emb.sparse_parameters())  # type: ignore[union-attr,operator]
         sparse_ids = {id(p) for p in sparse}
         dense = [p for p in model.parameters() if id(p) not in sparse_ids and p.requires_grad]
-        self.dense = _DENSE[cfg.dense](dense, lr=cfg.lr)
+        self.dense = _DENSE[cfg.dense](dense, lr=cfg.lr, fused=True)
         self.all: list[torch.optim.Optimizer] = [self.dense]
         self.sparse: torch.optim.Optimizer | None = None
         if sparse:
             if cfg.sparse == "adam":
-                self.sparse = torch.optim.Adam(sparse, lr=cfg.lr)
+                self.sparse = torch.optim.Adam(sparse, lr=cfg.lr, fused=True)
             else:
                 self.sparse = SparseRowOptimizer(sparse, cfg.sparse, lr=cfg.lr)
             self.all.append(self.sparse)
@@ -42,13 +42,18 @@ class Optimizers:
         self.row_update = RowUpdate(cfg.sparse, cfg.lr) if cfg.sparse != "adam" else None
 
     def step(self, scaler: torch.amp.GradScaler) -> None:
+        rows_ok = True
+        scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
         if self.self_updating is not None:
             assert self.row_update is not None  # RunConfig pairs self-updating strategies with one
-            scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
-            self.self_updating.sparse_step(self.row_update, scale)  # skips itself on inf/nan
+            rows_ok = self.self_updating.sparse_step(self.row_update, scale)  # skips itself on inf/nan
         for opt in self.all:
             scaler.step(opt)  # unscales first, and skips the step if fp16 grads overflowed
-        scaler.update()
+        if not rows_ok and scaler.is_enabled():
+            # An overflow only the embedding rows saw must still lower the fp16 loss scale.
+            scaler.update(scale * scaler.get_backoff_factor())
+        else:
+            scaler.update()
 
     def zero_grad(self) -> None:
         for opt in self.all:
