@@ -15,18 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from elastune.errors import DataError, InputError
+from elastune.workloads.criteo_files import CriteoParquet, CriteoTSV
 from elastune.workloads.data import (
     CRITEO_KAGGLE_CARDINALITIES,
     NUM_DENSE,
     NUM_SPARSE,
     Batch,
-    CriteoParquet,
-    CriteoTSV,
     DataSource,
-    SyntheticCriteo,
     hash_category,
     table_sizes,
 )
+from elastune.workloads.synthetic import SyntheticCriteo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -13,16 +13,15 @@ from torch.nn import functional as F
 
 from elastune.config import RunConfig
 from elastune.embeddings import build_embedding
+from elastune.workloads.criteo_files import CriteoParquet, CriteoTSV
 from elastune.workloads.data import (
     NUM_DENSE,
     Batch,
-    CriteoParquet,
-    CriteoTSV,
     DataSource,
-    SyntheticCriteo,
     table_sizes,
 )
 from elastune.workloads.dlrm import DLRM
+from elastune.workloads.synthetic import SyntheticCriteo
 
 __all__ = ["DLRMWorkload", "Workload", "build_workload"]
 

@@ -1,0 +1,451 @@
+"""Readers for the real Criteo click logs: the TSV text format and Parquet with the same columns."""
+
+from __future__ import annotations
+
+import gzip
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from elastune.errors import DataError
+from elastune.workloads.data import (
+    I64,
+    NUM_DENSE,
+    NUM_SPARSE,
+    Batch,
+    Mask,
+    check_range,
+    concat_batches,
+    empty_batch,
+    hash_category,
+)
+
+__all__ = ["CriteoParquet", "CriteoTSV"]
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Consecutive valid rows parsed from a file, with the malformed lines skipped among them."""
+
+    batch: Batch
+    malformed: list[int]  # 1-based line (row) numbers skipped
+    last_line: int  # the last line number this block covered
+
+
+class _RowStream:
+    """The valid rows of one file, from its beginning, handed out k at a time."""
+
+    def __init__(self, batches: Iterator[Batch]) -> None:
+        self._batches = batches
+        self._head: Batch | None = None
+        self.consumed = 0  # rows handed out (or skipped) so far
+
+    def take(self, k: int) -> list[Batch]:
+        """Up to k rows as views of parsed blocks; fewer only when the file has run out."""
+        parts: list[Batch] = []
+        while k > 0:
+            if self._head is None or len(self._head) == 0:
+                self._head = next(self._batches, None)
+                if self._head is None:
+                    break
+                continue
+            part = self._head.slice(0, k)
+            self._head = self._head.slice(len(part), len(self._head))
+            parts.append(part)
+            k -= len(part)
+            self.consumed += len(part)
+        return parts
+
+    def skip(self, k: int) -> int:
+        return sum(len(p) for p in self.take(k))
+
+
+def _require_file(path: Path, what: str) -> Path:
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; set {what} to an existing data file")
+    return path
+
+
+class _FileSource(ABC):
+    """A DataSource over a Criteo file (TSV or Parquet): sequential cursor, epochs, eval split.
+
+    * `read` keeps a cursor: a read that starts where the last one stopped continues the open file;
+      any other start reopens it and skips to `start` (which costs parsing everything before it).
+    * When the file runs out the stream wraps around to its first training row: sample
+      `start` is training row `start mod (training rows)`, i.e. epochs follow each other.
+    * Eval: with `eval_path`, the eval set is that file's rows; otherwise the first `eval_samples`
+      valid rows of `path` are held out and training starts right after them.
+    * Malformed rows raise DataError naming file and line, or with skip_malformed are skipped and
+      counted (once each, however many epochs re-read them) in `malformed_lines`.
+    """
+
+    pooling: int = 1
+    _fix = "fix the file or set data.skip_malformed=true to skip and count such lines"
+
+    def __init__(
+        self,
+        path: Path,
+        table_sizes: Sequence[int],
+        *,
+        eval_path: Path | None = None,
+        eval_samples: int = 0,
+        skip_malformed: bool = False,
+    ) -> None:
+        if len(table_sizes) != NUM_SPARSE:
+            raise ValueError(f"need {NUM_SPARSE} table sizes (C1..C26), got {len(table_sizes)}")
+        if eval_samples < 0:
+            raise ValueError(f"eval_samples must be >= 0, got {eval_samples}")
+        self.path = _require_file(path, "data.path")
+        self.eval_path = _require_file(eval_path, "data.eval_path") if eval_path else None
+        self.table_sizes = tuple(int(s) for s in table_sizes)
+        self.held_out = 0 if self.eval_path else eval_samples
+        self.skip_malformed = skip_malformed
+        self.malformed_lines = 0
+        self._scanned: dict[Path, int] = {}  # per file, the furthest line already counted
+        self._stream: _RowStream | None = None
+        self._cursor = 0  # the training sample the open stream yields next
+        self._train_rows: int | None = None  # valid training rows per epoch, once known
+
+    @abstractmethod
+    def _parse(self, path: Path) -> Iterator[_Block]:
+        """The file's valid rows from its start, in blocks; malformed rows per skip_malformed."""
+
+    def read(self, start: int, n: int) -> Batch:
+        """Training samples [start, start + n), wrapping around the file; see the class doc."""
+        check_range(start, n)
+        if n == 0:
+            return empty_batch(NUM_SPARSE, 1)
+        try:
+            if self._stream is None or start != self._cursor:
+                self._seek(start)
+            assert self._stream is not None
+            parts: list[Batch] = []
+            left = n
+            while left > 0:
+                got = self._stream.take(left)
+                parts += got
+                left -= sum(len(p) for p in got)
+                if left > 0:
+                    self._wrap()
+        except BaseException:
+            self._stream = None  # a parser that raised is dead: the next read reopens the file
+            raise
+        self._cursor = start + n
+        return concat_batches(parts)
+
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
+        """The first n rows of the eval set, in batches (re-read from the file every call)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        source = self.eval_path or self.path
+        if self.eval_path is None and n > self.held_out:
+            raise DataError(
+                f"{source}: asked for {n} eval samples but only eval_samples={self.held_out} rows "
+                "are held out; set eval.samples accordingly or give data.eval_path"
+            )
+        stream = _RowStream(self._batches(source))
+        for start in range(0, n, batch_size):
+            want = min(batch_size, n - start)
+            got = stream.take(want)
+            if sum(len(p) for p in got) < want:
+                raise DataError(
+                    f"{source}: has only {stream.consumed} valid rows, fewer than the {n} eval "
+                    "samples asked for; lower eval.samples or use a bigger file"
+                )
+            yield concat_batches(got)
+
+    def _batches(self, path: Path) -> Iterator[Batch]:
+        for block in self._parse(path):
+            seen = self._scanned.get(path, 0)
+            self.malformed_lines += sum(1 for line in block.malformed if line > seen)
+            self._scanned[path] = max(seen, block.last_line)
+            yield block.batch
+
+    def _open_training(self) -> _RowStream:
+        """A stream at training row 0, i.e. past the held-out eval rows."""
+        stream = _RowStream(self._batches(self.path))
+        if stream.skip(self.held_out) < self.held_out:
+            raise DataError(
+                f"{self.path}: has only {stream.consumed} valid rows, fewer than the "
+                f"{self.held_out} held out for evaluation, so none are left to train on; lower "
+                "eval.samples or give data.eval_path"
+            )
+        return stream
+
+    def _wrap(self) -> None:
+        """The open stream hit the end of the file: record the epoch length and start over."""
+        assert self._stream is not None
+        rows = self._stream.consumed - self.held_out
+        if rows == 0:
+            raise DataError(
+                f"{self.path}: no valid training rows after the {self.held_out} held out for "
+                "evaluation; lower eval.samples or give data.eval_path"
+            )
+        self._train_rows = rows
+        self._stream = self._open_training()
+
+    def _seek(self, start: int) -> None:
+        self._stream = self._open_training()
+        left = start % self._train_rows if self._train_rows else start
+        while left > 0:
+            left -= self._stream.skip(left)
+            if left > 0:
+                self._wrap()
+                assert self._train_rows is not None
+                left %= self._train_rows
+
+    def _malformed(self, path: Path, line: int, problem: str) -> DataError:
+        return DataError(f"{path}:{line}: {problem}; {self._fix}")
+
+
+def _rows_to_batch(labels: npt.ArrayLike, ints: npt.ArrayLike, ids: npt.ArrayLike) -> Batch:
+    """Parsed columns -> a Batch: dense log1p(max(x, 0)), sparse [B, 26, 1].
+
+    Counts are converted through float64 so a huge count cannot overflow an int64 on the way."""
+    counts = np.asarray(ints, dtype=np.float64).reshape(-1, NUM_DENSE)
+    return Batch(
+        torch.from_numpy(np.log1p(np.maximum(counts, 0.0)).astype(np.float32)),
+        torch.from_numpy(np.asarray(ids, dtype=np.int64).reshape(-1, NUM_SPARSE, 1)),
+        torch.from_numpy(np.asarray(labels, dtype=np.float32)),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Criteo TSV
+# ----------------------------------------------------------------------------------------------
+
+_TSV_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
+
+
+class _Malformed(ValueError):
+    """A line that is not a Criteo row; the message says what is wrong with it."""
+
+
+def _parse_tsv_line(line: str, sizes: Sequence[int]) -> tuple[int, list[int], list[int]]:
+    """`label \\t I1..I13 \\t C1..C26` -> (label, ints, row ids); raises _Malformed."""
+    fields = line.rstrip("\n").rstrip("\r").split("\t")
+    if len(fields) != _TSV_FIELDS:
+        raise _Malformed(
+            f"expected {_TSV_FIELDS} tab-separated fields (label, {NUM_DENSE} integer, "
+            f"{NUM_SPARSE} categorical), found {len(fields)}"
+        )
+    if fields[0] not in ("0", "1"):
+        raise _Malformed(f"the label must be 0 or 1, found {fields[0]!r}")
+    try:
+        ints = [int(v) if v else 0 for v in fields[1 : 1 + NUM_DENSE]]
+    except ValueError:
+        j, v = next((j, v) for j, v in enumerate(fields[1 : 1 + NUM_DENSE], 1) if not _is_int(v))
+        raise _Malformed(f"I{j} must be an integer or empty, found {v!r}") from None
+    cats = fields[1 + NUM_DENSE :]
+    try:  # hash_category, inlined: this is the reader's hot loop
+        ids = [int(v, 16) % s if v else 0 for v, s in zip(cats, sizes, strict=True)]
+    except ValueError:
+        j, v = next((j, v) for j, v in enumerate(cats, 1) if not _is_hex(v))
+        raise _Malformed(f"C{j} must be a hex string or empty, found {v!r}") from None
+    return int(fields[0]), ints, ids
+
+
+def _is_int(v: str) -> bool:
+    try:
+        int(v or "0")
+    except ValueError:
+        return False
+    return True
+
+
+def _is_hex(v: str) -> bool:
+    try:
+        int(v or "0", 16)
+    except ValueError:
+        return False
+    return True
+
+
+def _open_text(path: Path) -> IO[str]:
+    """Text lines of a plain or gzipped (.gz) file; undecodable bytes become U+FFFD, which then
+    fail the field checks with a line number instead of a UnicodeDecodeError."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+class CriteoTSV(_FileSource):
+    """The Criteo Kaggle / Terabyte text format (optionally .gz); implements DataSource.
+
+    Each line is `label \\t I1..I13 \\t C1..C26`: integer counts (empty = missing = 0, negative
+    clamped to 0) and hex-hashed categoricals (empty = missing = row 0), the latter mapped into
+    each table with `hash_category`. Parsing is pure Python (roughly 100k lines/s per process).
+    See _FileSource for the cursor, epoch and eval semantics.
+    """
+
+    block_rows = 8192
+
+    def _parse(self, path: Path) -> Iterator[_Block]:
+        labels: list[int] = []
+        ints: list[list[int]] = []
+        ids: list[list[int]] = []
+        malformed: list[int] = []
+        line_no = 0
+        with _open_text(path) as f:
+            for line_no, line in enumerate(f, 1):
+                try:
+                    label, row_ints, row_ids = _parse_tsv_line(line, self.table_sizes)
+                except _Malformed as e:
+                    if not self.skip_malformed:
+                        raise self._malformed(path, line_no, str(e)) from None
+                    malformed.append(line_no)
+                    continue
+                labels.append(label)
+                ints.append(row_ints)
+                ids.append(row_ids)
+                if len(labels) == self.block_rows:
+                    yield _Block(_rows_to_batch(labels, ints, np.array(ids)), malformed, line_no)
+                    labels, ints, ids, malformed = [], [], [], []
+        if labels or malformed:
+            yield _Block(_rows_to_batch(labels, ints, np.array(ids)), malformed, line_no)
+
+
+# ----------------------------------------------------------------------------------------------
+# Criteo Parquet
+# ----------------------------------------------------------------------------------------------
+
+_DENSE_COLUMNS = [f"I{j}" for j in range(1, NUM_DENSE + 1)]
+_SPARSE_COLUMNS = [f"C{j}" for j in range(1, NUM_SPARSE + 1)]
+_COLUMNS = ["label", *_DENSE_COLUMNS, *_SPARSE_COLUMNS]
+
+
+class CriteoParquet(_FileSource):
+    """Criteo columns `label, I1..I13, C1..C26` in Parquet; implements DataSource.
+
+    Integer columns may be any integer or integral float type (null = missing = 0) or strings;
+    categoricals may be hex strings (hashed with `hash_category`) or integers (value % size).
+    The file is read in record batches, never whole; "line" in messages is the 1-based row.
+    See _FileSource for the cursor, epoch and eval semantics.
+    """
+
+    block_rows = 65536
+    _fix = "fix the file or set data.skip_malformed=true to skip and count such rows"
+
+    def __init__(
+        self,
+        path: Path,
+        table_sizes: Sequence[int],
+        *,
+        eval_path: Path | None = None,
+        eval_samples: int = 0,
+        skip_malformed: bool = False,
+    ) -> None:
+        super().__init__(
+            path,
+            table_sizes,
+            eval_path=eval_path,
+            eval_samples=eval_samples,
+            skip_malformed=skip_malformed,
+        )
+        for p in (self.path, self.eval_path):
+            if p is not None:
+                self._check_columns(p)
+
+    @staticmethod
+    def _open(path: Path) -> pq.ParquetFile:
+        try:
+            return pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as e:
+            raise DataError(f"{path}: not a readable Parquet file ({e})") from None
+
+    def _check_columns(self, path: Path) -> None:
+        names = set(self._open(path).schema_arrow.names)
+        missing = [c for c in _COLUMNS if c not in names]
+        if missing:
+            raise DataError(
+                f"{path}: missing column(s) {', '.join(missing)}; a Criteo Parquet file needs label, I1..I13, C1..C26"
+            )
+
+    def _parse(self, path: Path) -> Iterator[_Block]:
+        first_row = 1
+        for record_batch in self._open(path).iter_batches(self.block_rows, columns=_COLUMNS):
+            yield self._convert(path, record_batch, first_row)
+            first_row += record_batch.num_rows
+
+    def _convert(self, path: Path, rb: pa.RecordBatch, first_row: int) -> _Block:
+        """One record batch -> its valid rows; `bad` collects each column's malformed rows."""
+        label, label_bad, label_missing = _int_column(path, rb, "label", int)
+        bad = {"label": label_bad | label_missing | (label > 1) | (label < 0)}
+        ints = np.empty((rb.num_rows, NUM_DENSE), dtype=np.int64)
+        for j, name in enumerate(_DENSE_COLUMNS):
+            ints[:, j], bad[name], _ = _int_column(path, rb, name, _parse_count)
+        ids = np.empty((rb.num_rows, NUM_SPARSE), dtype=np.int64)
+        for j, (name, size) in enumerate(zip(_SPARSE_COLUMNS, self.table_sizes, strict=True)):
+            parse = partial(hash_category, size=size)
+            values, bad[name], _ = _int_column(path, rb, name, parse)
+            ids[:, j] = np.remainder(values, size)
+        any_bad = np.logical_or.reduce(list(bad.values()))
+        rows = np.flatnonzero(any_bad)
+        if len(rows) and not self.skip_malformed:
+            row = int(rows[0])
+            name = next(n for n, b in bad.items() if b[row])
+            problem = f"column {name}: {_EXPECTED[name[0]]}, found {rb.column(name)[row].as_py()!r}"
+            raise self._malformed(path, first_row + row, problem)
+        keep = ~any_bad
+        batch = _rows_to_batch(label[keep], ints[keep], ids[keep])
+        return _Block(batch, [first_row + int(r) for r in rows], first_row + rb.num_rows - 1)
+
+
+_EXPECTED = {
+    "l": "the label must be 0 or 1",
+    "I": "expected an integer or null",
+    "C": "expected a hex string, an integer or null",
+}
+
+
+def _parse_count(value: str) -> int:
+    return int(value) if value else 0
+
+
+def _int_column(path: Path, rb: pa.RecordBatch, name: str, parse: Callable[[str], int]) -> tuple[I64, Mask, Mask]:
+    """(values, malformed, missing) for a column read as integers; missing (null, NaN) reads as 0.
+
+    Strings are parsed with `parse`, once per distinct value: categoricals repeat a lot (that is
+    the Zipf skew), so this is much cheaper than parsing every cell.
+    """
+    col = rb.column(name)
+    if pa.types.is_dictionary(col.type):
+        col = col.dictionary_decode()
+    t = col.type
+    missing = col.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        values = col.cast(pa.int64(), safe=False).fill_null(0).to_numpy(zero_copy_only=False)
+        return values.astype(np.int64), np.zeros(len(col), dtype=np.bool_), missing
+    if pa.types.is_floating(t):
+        x = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+        missing |= np.isnan(x)
+        x[missing] = 0.0
+        bad = ~np.isfinite(x) | (x != np.floor(x)) | (np.abs(x) > 2.0**62)
+        return np.where(bad, 0.0, x).astype(np.int64), bad, missing
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return (*_parse_strings(col, parse), missing)
+    raise DataError(f"{path}: column {name} has type {t}; expected integers or strings")
+
+
+def _parse_strings(col: pa.Array, parse: Callable[[str], int]) -> tuple[I64, Mask]:
+    encoded = col.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    parsed = np.zeros(len(distinct) + 1, dtype=np.int64)  # the extra last entry serves nulls
+    invalid = np.zeros(len(distinct) + 1, dtype=np.bool_)
+    for i, v in enumerate(distinct):
+        try:
+            parsed[i] = parse(v)
+        except (ValueError, OverflowError):
+            invalid[i] = True
+    index = encoded.indices.fill_null(len(distinct)).to_numpy(zero_copy_only=False)
+    return parsed[index], invalid[index]
