@@ -13,15 +13,15 @@ figures in bench/RESULTS.md):
 
 - CPU (`cpu_rss_hwm`, resident-set high-water mark): glibc serves blocks under an adaptive
   threshold (at most 32 MiB) from heap arenas that it does not hand back at once, and larger ones
-  with mmap, returned on free. So the resident peak exceeds the traced peak by: a fixed amount
-  (runtime, autograd bookkeeping, the data stream's chunk cache), about the step's activations
-  again (their freed heap blocks stay resident), a per-sample amount for reading the batch, and
-  about one more copy of the largest block when that block is small enough for the heap (a
-  table under 32 MiB: its gradient and the optimizer's temporaries leave holes). Coefficients are a
-  least-squares fit to steady-state measurements (bench/estimator.py, 50-step runs). Tables over
-  32 MiB dominate large configs and are predicted within a few percent by the trace alone; small
-  configs carry the model's error and the run-to-run variance of the resident peak (about ±10%
-  for identical ~200 MiB runs; see bench/RESULTS.md).
+  with mmap, returned on free. So the resident peak exceeds the traced peak by a fixed amount
+  (runtime, autograd bookkeeping, the data stream's chunk cache, heap slack), about the step's
+  activations again (their freed heap blocks stay resident), and, in fp32 runs, about one more
+  copy of the largest block when it is small enough for the heap (a table under 32 MiB: its
+  gradient and optimizer temporaries leave holes). The three coefficients are a least-squares fit
+  to the highest of three fresh 50-step runs per config (bench/estimator.py). Tables over 32 MiB
+  dominate large configs and are predicted within a few percent by the trace alone; small configs
+  carry the model's error and the run-to-run spread of the resident peak (up to ±15% between
+  identical ~150 MiB runs; see bench/RESULTS.md).
 - CUDA (`cuda_reserved`, the caching allocator's reserved peak): the allocator rounds every block
   up (512 B; 2 MiB segments for blocks over 1 MiB) and keeps freed blocks cached, which is modelled
   by rounding each traced allocation and a share of fragmentation. Not yet calibrated on a GPU.
@@ -57,10 +57,9 @@ _MiB = 2**20
 # glibc (64-bit) serves a block from the heap once its adaptive mmap threshold has risen past the
 # block's size, which it does up to this cap; larger blocks are always mmapped and returned on free.
 _GLIBC_MMAP_MAX = 32 * _MiB
-_CPU_FIXED = 35.7 * _MiB  # small tensors, autograd bookkeeping, the data stream's chunk cache
-_CPU_ACTIVATION_SHARE = 1.04  # heap blocks of freed activations that glibc keeps resident
-_CPU_PER_SAMPLE = 2.38 * _MiB / 1024  # per sample of the effective batch: reading and slicing it
-_CPU_HEAP_BLOCK_SHARE = 0.93  # the largest block, when glibc serves it from the heap (< 32 MiB)
+_CPU_FIXED = 47.5 * _MiB  # runtime, autograd bookkeeping, the data stream's chunk cache, heap slack
+_CPU_ACTIVATION_SHARE = 1.12  # heap blocks of freed activations that glibc keeps resident
+_CPU_HEAP_BLOCK_SHARE = 0.88  # fp32 runs: one more copy of the largest block when it is heap-sized
 _CUDA_SHARE = 0.05  # cached, fragmented blocks (uncalibrated: no GPU measured yet)
 _CUDA_FIXED = 8 * _MiB
 
@@ -96,14 +95,10 @@ def estimate(cfg: RunConfig, device: torch.device | None = None) -> Estimate:
         other = int(traced * _CUDA_SHARE) + _CUDA_FIXED + (tracker.rounded_peak - traced)
     else:
         activations = max(0, tracker.transient_peak - tracker.grad_bytes)
-        samples = cfg.batch.effective
         heap_block = tracker.largest_block if tracker.largest_block < _GLIBC_MMAP_MAX else 0
-        other = int(
-            _CPU_FIXED
-            + _CPU_ACTIVATION_SHARE * activations
-            + _CPU_PER_SAMPLE * samples
-            + _CPU_HEAP_BLOCK_SHARE * heap_block
-        )
+        if cfg.precision != "fp32":
+            heap_block = 0  # measured: low-precision runs keep their heap compact
+        other = int(_CPU_FIXED + _CPU_ACTIVATION_SHARE * activations + _CPU_HEAP_BLOCK_SHARE * heap_block)
     breakdown = {**parts, "other": other}
     return Estimate(
         peak_bytes=sum(breakdown.values()),
