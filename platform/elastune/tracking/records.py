@@ -1,0 +1,113 @@
+"""What a sweep leaves behind, as plain data: one `SweepRecord` with a `TrialRecord` per trial.
+
+These are the contract between the tuner (which produces them), the MLflow tracker (which stores
+and reads them back), `elastune results` and the web UI (which show them). No mlflow, Ray or torch
+here, so every reader can import it cheaply.
+
+A trial's status:
+- ok: trained to the end; its metrics are measured.
+- infeasible: the estimator predicted a peak over the memory ceiling, so it was never launched.
+- oom: it ran out of memory even after halving the micro-batch as far as it could.
+- pruned: ASHA stopped it early at a throughput rung (its figures are from the steps it ran).
+- failed: anything else went wrong (the error is kept).
+- running: not finished yet (only seen while a sweep is live).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+__all__ = ["SweepRecord", "SweepStatus", "TrialRecord", "TrialStatus", "pareto_front"]
+
+TrialStatus = Literal["ok", "infeasible", "oom", "pruned", "failed", "running"]
+SweepStatus = Literal["running", "finished", "failed", "interrupted"]
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str  # Ray Tune's trial id, or "screened-N" for a proposal the estimator refused
+    number: int  # order in which the sampler proposed it (0-based)
+    status: TrialStatus
+    params: dict[str, Any]  # the searched parameters, dotted keys -> values
+    config: dict[str, Any]  # the resolved RunConfig (RunConfig.to_dict())
+    estimated_peak_bytes: int | None = None  # predicted before launch (estimator)
+    samples_per_s: float | None = None
+    peak_memory_bytes: int | None = None  # measured
+    peak_memory_kind: str | None = None  # cuda_reserved | cpu_rss_hwm | virtual
+    val_logloss: float | None = None
+    val_auc: float | None = None
+    oom_retries: int = 0
+    steps: int | None = None
+    quality_ok: bool | None = None  # eval log loss within the sweep's tolerance of the reference
+    error: str | None = None
+    node: str | None = None  # IP of the node the trial ran on
+    mlflow_run_id: str | None = None
+
+    @property
+    def feasible(self) -> bool:
+        """Ran to the end, within the quality tolerance: a candidate for the best config."""
+        return self.status == "ok" and self.samples_per_s is not None and self.quality_ok is not False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class SweepRecord:
+    sweep_id: str
+    spec: dict[str, Any]  # the validated SweepSpec as a dict
+    status: SweepStatus
+    memory_ceiling_bytes: int | None = None
+    quality_tolerance: float | None = None  # e.g. 0.02: eval log loss at most 2% above the reference
+    reference_logloss: float | None = None
+    reference_samples_per_s: float | None = None
+    started_at: float | None = None  # unix seconds
+    ended_at: float | None = None
+    job_id: str | None = None  # Ray job id when run through `ray job submit`
+    mlflow_run_id: str | None = None
+    trials: list[TrialRecord] = field(default_factory=list)
+
+    def best(self) -> TrialRecord | None:
+        """The fastest trial that finished within the ceiling and the quality tolerance."""
+        candidates = [t for t in self.trials if t.feasible]
+        return max(candidates, key=lambda t: t.samples_per_s or 0.0, default=None)
+
+    def counts(self) -> dict[str, int]:
+        """Trials by status, every status present (zeros included), for progress lines and the UI."""
+        out = {status: 0 for status in ("ok", "infeasible", "oom", "pruned", "failed", "running")}
+        for trial in self.trials:
+            out[trial.status] += 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepRecord:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known and k != "trials"}
+        return cls(**values, trials=[TrialRecord.from_dict(t) for t in data.get("trials", [])])
+
+
+def pareto_front(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """Trials no other trial beats on both axes: higher samples/s and lower measured peak memory.
+
+    Only trials that ran to the end (status ok) with both figures count. Sorted by peak memory.
+    """
+    points = [t for t in trials if t.status == "ok" and t.samples_per_s is not None and t.peak_memory_bytes is not None]
+    points.sort(key=lambda t: (t.peak_memory_bytes, -(t.samples_per_s or 0.0)))
+    front: list[TrialRecord] = []
+    best_speed = float("-inf")
+    for trial in points:
+        speed = trial.samples_per_s or 0.0
+        if speed > best_speed:  # cheaper-or-equal memory was already seen, so it must be faster
+            front.append(trial)
+            best_speed = speed
+    return front
