@@ -1,0 +1,457 @@
+"""A sweep in MLflow: one parent run per sweep, one child run per trial, and the record read back.
+
+The only module in elastune that imports mlflow. It writes what `tracking/records.py` describes
+and reads it back losslessly, from MLflow alone.
+
+Where each field lives, and why:
+- Params (the spec and each trial's resolved config, flattened to dotted keys) and metrics
+  (throughput, memory, quality, counts) are for people browsing `mlflow ui`: they sort, filter
+  and compare there. Both are lossy for our purposes: params are write-once strings of bounded
+  length, metrics are floats without None.
+- The record itself (the sweep's fields, or one trial's) is stored as compact JSON in the run's
+  tags `elastune.record.0..N-1` (chunked under the tag length limit; `elastune.record.chunks` =
+  N). Tags, unlike params, can be overwritten, so re-logging a trial or updating a sweep stays
+  in place; and `search_runs` returns tags, so reading a sweep of any size back is one query
+  (plus paging), not one artifact download per trial. JSON keeps ints, floats (exactly: repr
+  round-trips), bools and None.
+- The driver is the only writer (trials report to it), so this module caches which child run
+  belongs to which trial instead of searching for it on every `log_trial`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+# Artifact downloads draw a tqdm bar on stderr; nothing here wants it (read when downloading).
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, Run, RunTag
+from mlflow.exceptions import MlflowException
+
+from elastune.errors import InputError, Problem
+from elastune.tracking.artifacts import as_text, best_config_yaml, flatten, pareto_png, trials_csv
+from elastune.tracking.encoding import TAG_MAX, mlflow_key, param_value, read_record, record_tags
+from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tracking.uri import (
+    artifact_location,
+    check_server,
+    is_http,
+    mlflow_run_url,
+    resolve_tracking_uri,
+    sqlite_path,
+)
+
+__all__ = [
+    "ARTIFACTS",
+    "DEFAULT_EXPERIMENT",
+    "SweepTracker",
+    "artifact_path",
+    "list_sweeps",
+    "load_sweep",
+    "mlflow_run_url",
+    "resolve_tracking_uri",
+]
+
+DEFAULT_EXPERIMENT = "elastune"
+ARTIFACTS = ("best_config.yaml", "trials.csv", "pareto.png", "spec.yaml")
+
+# Creating a SQLite store runs its migrations and says so at INFO, line by line.
+for _name in ("alembic", "mlflow.store.db.utils", "mlflow.store.tracking.sqlalchemy_store"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+_SWEEP_ID, _TRIAL_ID, _KIND, _STATUS = "elastune.sweep_id", "elastune.trial_id", "elastune.kind", "elastune.status"
+_JOB_ID, _NODE, _ERROR, _NUMBER = "elastune.job_id", "elastune.node", "elastune.error", "elastune.number"
+_PARENT = "mlflow.parentRunId"  # the tag `mlflow ui` nests child runs under
+_SAFE_VALUE = re.compile(r"^[\w.:@+\-]+$")  # ids we can quote inside a search filter as they are
+
+_SWEEP_RUN_STATUS = {"running": "RUNNING", "finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+# An infeasible trial was screened out on purpose, not a failure; a pruned one was stopped by ASHA.
+_TRIAL_RUN_STATUS = {
+    "ok": "FINISHED",
+    "infeasible": "FINISHED",
+    "pruned": "KILLED",
+    "oom": "FAILED",
+    "failed": "FAILED",
+    "running": "RUNNING",
+}
+_TRIAL_METRICS = (
+    "samples_per_s",
+    "peak_memory_bytes",
+    "estimated_peak_bytes",
+    "val_logloss",
+    "val_auc",
+    "oom_retries",
+)
+
+# ---------------------------------------------------------------------------------------------
+# The store.
+
+
+def _client(uri: str) -> MlflowClient:
+    """A client for a resolved URI; a SQLite file's folder is created, a server must answer /health."""
+    path = sqlite_path(uri)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif is_http(uri):
+        check_server(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _ensure_experiment(client: MlflowClient, uri: str, name: str) -> str:
+    if not name.strip():
+        raise InputError(str(Problem("--experiment", name, "must not be empty; the default is 'elastune'")))
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            return str(client.create_experiment(name, artifact_location=artifact_location(uri)))
+        except MlflowException:  # created meanwhile by another process: use theirs
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        client.restore_experiment(experiment.experiment_id)
+    return str(experiment.experiment_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing.
+
+
+@dataclass
+class _RunState:
+    """What a run already holds that matters for writing to it again."""
+
+    run_id: str
+    params: set[str] = field(default_factory=set)  # params are write-once in MLflow
+    tags: set[str] = field(default_factory=set)
+
+
+class SweepTracker:
+    """Writes one sweep (or several, one after another) into an MLflow experiment.
+
+    `start_sweep` and `log_trial` set `record.mlflow_run_id` / `trial.mlflow_run_id` on the
+    records they are given, so what `load_sweep` returns equals what was logged.
+    """
+
+    def __init__(self, tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> None:
+        self.tracking_uri = resolve_tracking_uri(tracking_uri)
+        self.experiment = experiment
+        self._client = _client(self.tracking_uri)  # a SQLite store is created (migrated) here, once
+        self._experiment_id = _ensure_experiment(self._client, self.tracking_uri, experiment)
+        self._runs: dict[str, _RunState] = {}  # run id -> what it holds
+        self._children: dict[str, dict[str, str]] = {}  # parent run id -> trial id -> child run id
+
+    def start_sweep(self, record: SweepRecord) -> str:
+        """Create the sweep's parent run, or reopen it when one with this sweep_id exists (resume)."""
+        existing = _find_parent(self._client, self._experiment_id, record.sweep_id)
+        if existing is None:
+            run = self._client.create_run(
+                self._experiment_id,
+                start_time=_ms(record.started_at),
+                tags={_SWEEP_ID: record.sweep_id, _KIND: "sweep"},
+                run_name=f"sweep-{record.sweep_id}",
+            )
+            state = _RunState(run.info.run_id)
+            self._children[state.run_id] = {}
+        else:
+            state = _RunState(existing.info.run_id, set(existing.data.params), set(existing.data.tags))
+            if existing.info.status != "RUNNING":
+                self._client.update_run(state.run_id, status="RUNNING")
+            self._children[state.run_id] = self._load_children(state.run_id)
+        self._runs[state.run_id] = state
+        record.mlflow_run_id = state.run_id
+        params = {key: as_text(value) for key, value in flatten(record.spec).items()}
+        if record.memory_ceiling_bytes is not None:
+            params["memory_ceiling_bytes"] = str(record.memory_ceiling_bytes)
+        if record.quality_tolerance is not None:
+            params["quality_tolerance"] = repr(record.quality_tolerance)
+        self._write(state, params=params, tags=self._sweep_tags(record))
+        self._client.log_text(state.run_id, yaml.safe_dump(record.spec, sort_keys=False), "spec.yaml")
+        return state.run_id
+
+    def log_trial(self, record: SweepRecord, trial: TrialRecord) -> str:
+        """Create or update the trial's child run (one per sweep_id and trial_id, never two)."""
+        parent = self._parent_id(record)
+        if parent not in self._children:
+            self._children[parent] = self._load_children(parent)
+        children = self._children[parent]
+        run_id = children.get(trial.trial_id)
+        if run_id is None:
+            run = self._client.create_run(
+                self._experiment_id,
+                tags={_PARENT: parent, _SWEEP_ID: record.sweep_id, _TRIAL_ID: trial.trial_id, _KIND: "trial"},
+                run_name=f"trial-{trial.number:03d}-{trial.trial_id}",
+            )
+            run_id = children[trial.trial_id] = run.info.run_id
+            self._runs[run_id] = _RunState(run_id)
+        state = self._runs[run_id]
+        trial.mlflow_run_id = run_id
+        params = {key: as_text(value) for key, value in flatten(trial.config).items()}
+        params |= {f"search.{key}": as_text(value) for key, value in flatten(trial.params).items()}
+        metrics = {name: float(getattr(trial, name)) for name in _TRIAL_METRICS if getattr(trial, name) is not None}
+        tags = {
+            _SWEEP_ID: record.sweep_id,
+            _TRIAL_ID: trial.trial_id,
+            _KIND: "trial",
+            _STATUS: trial.status,
+            _NUMBER: str(trial.number),
+            _JOB_ID: record.job_id,
+            _NODE: trial.node,
+            _ERROR: trial.error[-TAG_MAX:] if trial.error else None,  # the end of a traceback says most
+            **record_tags(trial.to_dict()),
+        }
+        self._write(state, params=params, metrics=metrics, tags=tags)
+        if _TRIAL_RUN_STATUS[trial.status] == "RUNNING":
+            self._client.update_run(run_id, status="RUNNING")
+        else:
+            self._client.set_terminated(run_id, status=_TRIAL_RUN_STATUS[trial.status])
+        return run_id
+
+    def update_sweep(self, record: SweepRecord) -> None:
+        """Best-so-far and counts on the parent run: a few rows in one batch, cheap after every trial."""
+        state = self._runs.get(self._parent_id(record)) or _RunState(self._parent_id(record))
+        counts = record.counts()
+        metrics: dict[str, float] = {f"trials_{status}": float(n) for status, n in counts.items()}
+        metrics["trials_total"] = float(len(record.trials))
+        best = record.best()
+        if best is not None and best.samples_per_s is not None:
+            metrics["best_samples_per_s"] = best.samples_per_s
+            if best.peak_memory_bytes is not None:
+                metrics["best_peak_memory_bytes"] = float(best.peak_memory_bytes)
+            if record.reference_samples_per_s:
+                metrics["speedup_over_reference"] = best.samples_per_s / record.reference_samples_per_s
+        if record.reference_samples_per_s is not None:
+            metrics["reference_samples_per_s"] = record.reference_samples_per_s
+        if record.reference_logloss is not None:
+            metrics["reference_logloss"] = record.reference_logloss
+        # The step is the number of trials so far: the MLflow UI then plots best-so-far per trial.
+        self._write(state, metrics=metrics, tags=self._sweep_tags(record), step=len(record.trials))
+
+    def finish_sweep(self, record: SweepRecord) -> None:
+        """Artifacts on the parent (best_config.yaml, trials.csv, pareto.png), then end it per status."""
+        if record.status == "running":
+            raise ValueError("finish_sweep needs a final status (finished, failed or interrupted), not 'running'")
+        self.update_sweep(record)
+        run_id = self._parent_id(record)
+        with tempfile.TemporaryDirectory(prefix="elastune-artifacts-") as folder:
+            out = Path(folder)
+            best = best_config_yaml(record)
+            if best is not None:  # no feasible trial, no best config (load_sweep / results say so)
+                (out / "best_config.yaml").write_text(best)
+            (out / "trials.csv").write_text(trials_csv(record))
+            (out / "pareto.png").write_bytes(pareto_png(record))
+            self._client.log_artifacts(run_id, folder)
+        end = _ms(record.ended_at) or int(time.time() * 1000)
+        self._client.set_terminated(run_id, status=_SWEEP_RUN_STATUS[record.status], end_time=end)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _parent_id(self, record: SweepRecord) -> str:
+        if record.mlflow_run_id:
+            return record.mlflow_run_id
+        parent = _find_parent(self._client, self._experiment_id, record.sweep_id)
+        if parent is None:
+            raise ValueError(f"sweep {record.sweep_id!r} has no parent run: call start_sweep first")
+        record.mlflow_run_id = parent.info.run_id
+        return record.mlflow_run_id
+
+    def _load_children(self, parent: str) -> dict[str, str]:
+        """trial id -> child run id for a parent written before (a resume, or another tracker)."""
+        children: dict[str, str] = {}
+        for run in _search(self._client, self._experiment_id, f"tags.`{_PARENT}` = '{parent}'"):
+            trial_id = run.data.tags.get(_TRIAL_ID)
+            if trial_id is not None and trial_id not in children:
+                children[trial_id] = run.info.run_id
+                self._runs[run.info.run_id] = _RunState(run.info.run_id, set(run.data.params), set(run.data.tags))
+        return children
+
+    def _sweep_tags(self, record: SweepRecord) -> dict[str, str | None]:
+        fields = {k: v for k, v in record.to_dict().items() if k != "trials"}
+        return {
+            _SWEEP_ID: record.sweep_id,
+            _KIND: "sweep",
+            _STATUS: record.status,
+            _JOB_ID: record.job_id,
+            **record_tags(fields),
+        }
+
+    def _write(
+        self,
+        state: _RunState,
+        params: dict[str, str] | None = None,
+        metrics: dict[str, float] | None = None,
+        tags: dict[str, str | None] | None = None,
+        step: int = 0,
+    ) -> None:
+        """One log_batch per ~100 params/tags: MLflow's batch limits, new params only (write-once)."""
+        now = int(time.time() * 1000)
+        new_params = [
+            Param(key, param_value(value))
+            for key, value in ((mlflow_key(k), v) for k, v in (params or {}).items())
+            if key not in state.params
+        ]
+        metric_rows = [Metric(mlflow_key(k), v, now, step) for k, v in (metrics or {}).items()]
+        tag_rows = [RunTag(mlflow_key(k), v) for k, v in (tags or {}).items() if v is not None]
+        # A tag whose value became None (an error that was cleared) must not linger.
+        for key in [mlflow_key(k) for k, v in (tags or {}).items() if v is None and mlflow_key(k) in state.tags]:
+            self._client.delete_tag(state.run_id, key)
+            state.tags.discard(key)
+        while new_params or tag_rows or metric_rows:
+            params_now, new_params = new_params[:100], new_params[100:]
+            tags_now, tag_rows = tag_rows[:100], tag_rows[100:]
+            metrics_now, metric_rows = metric_rows[:800], metric_rows[800:]
+            self._client.log_batch(state.run_id, metrics=metrics_now, params=params_now, tags=tags_now)
+            state.params |= {p.key for p in params_now}
+            state.tags |= {t.key for t in tags_now}
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading back.
+
+
+def list_sweeps(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> list[SweepRecord]:
+    """Every sweep in the experiment, newest first; trials left empty (one query, whatever the size)."""
+    store = _open_store(tracking_uri, experiment)
+    if store is None:
+        return []
+    client, experiment_id = store
+    records = [_sweep_from_run(run) for run in _search(client, experiment_id, f"tags.`{_KIND}` = 'sweep'")]
+    records.sort(key=lambda r: r.started_at or 0.0, reverse=True)
+    return records
+
+
+def load_sweep(
+    sweep_id: str | None, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
+) -> SweepRecord:
+    """The whole record, trials included (in proposal order), from MLflow alone. None: the newest."""
+    uri = resolve_tracking_uri(tracking_uri)
+    store = _open_store(uri, experiment)
+    if store is None:
+        raise InputError(
+            f"no sweeps recorded in {uri} (experiment {experiment!r}); run `elastune sweep SPEC.yaml` first, "
+            "or pass the --tracking-uri the sweep was recorded in"
+        )
+    client, experiment_id = store
+    parent = _find_parent(client, experiment_id, sweep_id) if sweep_id is not None else _newest(client, experiment_id)
+    if parent is None:
+        raise _unknown_sweep(sweep_id, uri, experiment)
+    record = _sweep_from_run(parent)
+    children = _search(client, experiment_id, f"tags.`{_PARENT}` = '{parent.info.run_id}'")
+    trials = [t for t in (_trial_from_run(run) for run in children) if t is not None]
+    record.trials = sorted(trials, key=lambda t: (t.number, t.trial_id))
+    return record
+
+
+def artifact_path(
+    sweep_id: str, name: str, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
+) -> Path:
+    """Download one of the parent run's artifacts; the copy lives in a per-run temp folder (overwritten)."""
+    if name not in ARTIFACTS:
+        raise InputError(str(Problem("artifact", name, f"unknown artifact; one of {', '.join(ARTIFACTS)}")))
+    uri = resolve_tracking_uri(tracking_uri)
+    store = _open_store(uri, experiment)
+    parent = _find_parent(store[0], store[1], sweep_id) if store is not None else None
+    if store is None or parent is None:
+        raise _unknown_sweep(sweep_id, uri, experiment)
+    client, run_id = store[0], parent.info.run_id
+    if name not in {f.path for f in client.list_artifacts(run_id)}:
+        why = "no trial was feasible" if name == "best_config.yaml" and parent.info.status != "RUNNING" else ""
+        raise InputError(
+            f"sweep {sweep_id!r} has no {name}{f' ({why})' if why else ''}; artifacts are written when a sweep "
+            "finishes, see `elastune results` for its state"
+        )
+    folder = Path(tempfile.gettempdir()) / "elastune-artifacts" / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    return Path(client.download_artifacts(run_id, name, str(folder)))
+
+
+def _open_store(tracking_uri: str | None, experiment: str) -> tuple[MlflowClient, str] | None:
+    """(client, experiment id), or None when nothing was ever recorded there (creates nothing)."""
+    uri = resolve_tracking_uri(tracking_uri)
+    path = sqlite_path(uri)
+    if path is not None and not path.is_file():
+        return None
+    client = _client(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None or found.lifecycle_stage == "deleted":
+        return None
+    return client, str(found.experiment_id)
+
+
+def _search(client: MlflowClient, experiment_id: str, filter_string: str) -> list[Run]:
+    """All active runs matching the filter, oldest first, every page."""
+    runs: list[Run] = []
+    token: str | None = None
+    while True:
+        page = client.search_runs(
+            [experiment_id], filter_string, max_results=1000, order_by=["attributes.start_time ASC"], page_token=token
+        )
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _find_parent(client: MlflowClient, experiment_id: str, sweep_id: str) -> Run | None:
+    if _SAFE_VALUE.match(sweep_id):
+        runs = _search(client, experiment_id, f"tags.`{_KIND}` = 'sweep' and tags.`{_SWEEP_ID}` = '{sweep_id}'")
+    else:  # quotes or odd characters cannot be put in a filter string safely: match here instead
+        runs = [
+            r
+            for r in _search(client, experiment_id, f"tags.`{_KIND}` = 'sweep'")
+            if r.data.tags.get(_SWEEP_ID) == sweep_id
+        ]
+    return runs[0] if runs else None
+
+
+def _newest(client: MlflowClient, experiment_id: str) -> Run | None:
+    page = client.search_runs(
+        [experiment_id], f"tags.`{_KIND}` = 'sweep'", max_results=1, order_by=["attributes.start_time DESC"]
+    )
+    return page[0] if page else None
+
+
+def _unknown_sweep(sweep_id: str | None, uri: str, experiment: str) -> InputError:
+    known = [r.sweep_id for r in list_sweeps(uri, experiment)[:5]]
+    listing = f"known sweeps, newest first: {', '.join(known)}" if known else "no sweeps are recorded there"
+    return InputError(
+        str(Problem("sweep_id", sweep_id, f"no such sweep in {uri} (experiment {experiment!r}); {listing}"))
+    )
+
+
+def _sweep_from_run(run: Run) -> SweepRecord:
+    data = read_record(run.data.tags)
+    if data is None:  # not written by this module: what the plain tags and run info say
+        end = run.info.end_time
+        data = {
+            "sweep_id": run.data.tags.get(_SWEEP_ID, run.info.run_id),
+            "spec": {},
+            "status": run.data.tags.get(_STATUS, "running"),
+            "job_id": run.data.tags.get(_JOB_ID),
+            "started_at": run.info.start_time / 1000 if run.info.start_time else None,
+            "ended_at": end / 1000 if end else None,
+        }
+    data["mlflow_run_id"] = run.info.run_id
+    data.pop("trials", None)
+    return SweepRecord.from_dict(data)
+
+
+def _trial_from_run(run: Run) -> TrialRecord | None:
+    data = read_record(run.data.tags)
+    if data is None:
+        return None  # a child run some other tool added under the parent: not a trial of ours
+    data["mlflow_run_id"] = run.info.run_id
+    return TrialRecord.from_dict(data)
