@@ -1,1 +1,10 @@
-"""The web UI (installed as elastune.ui)."""
+"""The web UI (installed as elastune.ui): launch and follow jobs, compare trials, watch EDO memory.
+
+`elastune ui` starts it (see README, "Web UI"). The library never imports this package; the CLI
+loads it by name (platform/elastune/ui_cli.py).
+"""
+
+from elastune.ui.app import create_app, serve
+from elastune.ui.settings import UISettings, check_bind
+
+__all__ = ["UISettings", "check_bind", "create_app", "serve"]

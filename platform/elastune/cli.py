@@ -29,6 +29,7 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect run configs.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.command("ui")(__import__("elastune.ui_cli", fromlist=["ui"]).ui)  # `elastune ui`: see ui_cli.py
 
 out = Console()
 err = Console(stderr=True)

@@ -1,0 +1,59 @@
+"""`elastune ui`: start the web UI (the `elastune.ui` package, installed from ui/).
+
+The library never imports elastune.ui; this command loads it by name when it runs (importlib), the
+one plugin-style exception to that rule, so `import elastune.cli` stays free of FastAPI and the
+UI's dependency arrow keeps pointing at the library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["ui"]
+
+
+def ui(
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8710,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="ELASTUNE_UI_TOKEN", help="Access token every API call must send (Bearer)."),
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="Ray dashboard/job server, e.g. http://127.0.0.1:8265; default: the local cluster."),
+    ] = None,
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db.")
+    ] = None,
+    spec_dir: Annotated[
+        Path | None, typer.Option(help="Folder of sweep specs offered by name; default: the repository's.")
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None, typer.Option(help="Extra Host header name to accept, e.g. a DNS name (repeatable).")
+    ] = None,
+    job_python: Annotated[
+        str | None, typer.Option(help="Python the cluster runs jobs with; default: this interpreter.")
+    ] = None,
+) -> None:
+    """Start the web UI: launch and follow sweeps, compare trials, watch shared device memory."""
+    web = importlib.import_module("elastune.ui")
+    extra: dict[str, object] = {}
+    if spec_dir is not None:
+        extra["spec_dir"] = spec_dir.expanduser().resolve()
+    if job_python is not None:
+        extra["job_python"] = job_python
+    settings = web.UISettings(
+        host=host,
+        port=port,
+        token=token or None,
+        ray_address=ray_address,
+        tracking_uri=tracking_uri,
+        allowed_hosts=tuple(allow_host or ()),
+        **extra,
+    )
+    web.serve(settings)

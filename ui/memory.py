@@ -1,0 +1,76 @@
+"""Device memory as EDO sees it: grants and measured use per trial, the reserve, the free part.
+
+`read_broker_status` is the one call to the broker; the app takes any function of the same shape
+(`create_app(memory_reader=...)`), so a test can drive the page from a broker it started itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MemoryReader", "make_broker_reader", "memory_view"]
+
+MemoryReader = Callable[[float], "dict[str, Any] | None"]
+
+_NO_BROKER = (
+    "No EDO broker is running, so no trial shares a device right now. It starts with a sweep whose "
+    "trials take a fraction of a GPU (resources.gpus_per_trial below 1, or edo: on in the spec)."
+)
+
+
+def make_broker_reader(ray_address: str | None) -> MemoryReader:
+    """A reader that connects this process to the cluster on first use and asks the broker actor."""
+    lock = threading.Lock()
+
+    def read(timeline_s: float) -> dict[str, Any] | None:
+        import ray
+        from elastune.memory import broker
+
+        with lock:
+            if not ray.is_initialized():
+                ray.init(
+                    address=_gcs_address(ray_address),
+                    logging_level="ERROR",
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+        status: dict[str, Any] | None = broker.read_status(timeline_s=timeline_s)
+        return status
+
+    return read
+
+
+def _gcs_address(ray_address: str | None) -> str:
+    # A dashboard URL cannot be handed to ray.init; the local cluster's address file can.
+    if ray_address is None or ray_address.startswith(("http://", "https://")):
+        return "auto"
+    return ray_address
+
+
+def memory_view(reader: MemoryReader, timeline_s: float) -> dict[str, Any]:
+    """The page's data: devices with per-trial grants and use, plus the timeline, or why there is none."""
+    try:
+        status = reader(timeline_s)
+    except ImportError:
+        return {"available": False, "reason": "This elastune install has no EDO broker module.", **_empty()}
+    except ConnectionError as exc:
+        return {"available": False, "reason": f"No Ray cluster to ask: {exc}", **_empty()}
+    except Exception as exc:  # the broker died mid-call, Ray went away: the page says so and keeps polling
+        return {"available": False, "reason": f"Could not read the EDO broker: {exc}", **_empty()}
+    if status is None:
+        return {"available": False, "reason": _NO_BROKER, **_empty()}
+    devices = [_device(d) for d in status.get("devices", [])]
+    return {"available": True, "reason": "", "devices": devices, "timeline": list(status.get("timeline", []))}
+
+
+def _empty() -> dict[str, Any]:
+    return {"devices": [], "timeline": []}
+
+
+def _device(device: dict[str, Any]) -> dict[str, Any]:
+    trials = list(device.get("trials", []))
+    granted = sum(int(t.get("grant_bytes") or 0) for t in trials)
+    used = sum(int(t.get("used_bytes") or 0) for t in trials)
+    return {**device, "trials": trials, "granted_bytes": granted, "used_bytes": used}

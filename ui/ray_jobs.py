@@ -1,0 +1,139 @@
+"""Talking to the Ray job server: submit, list, read logs, stop.
+
+One `JobSubmissionClient` per UI process, made on first use and remade after a connection error (the
+cluster may be started after the UI). Ray's auth token, when the cluster uses token auth, goes along
+as a bearer header; the client also adds it by itself when RAY_AUTH_MODE=token is set here.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from elastune.ui.launch import LaunchPlan
+from elastune.ui.settings import ray_auth_token
+
+__all__ = ["ClusterUnavailable", "JobService", "UnknownJob"]
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+_LOG_LIMIT = 256 * 1024  # characters of log sent at once; a tail is what a person reads
+
+
+class ClusterUnavailable(Exception):
+    """The Ray job server cannot be reached (HTTP 503 with this message)."""
+
+
+class UnknownJob(Exception):
+    """No job with this id on the cluster (HTTP 404)."""
+
+
+@dataclass
+class JobService:
+    ray_address: str | None
+
+    def __post_init__(self) -> None:
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    # -- the client
+
+    def _where(self) -> str:
+        return self.ray_address or "the local Ray cluster"
+
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from ray.job_submission import JobSubmissionClient
+
+                token = ray_auth_token()
+                headers = {"Authorization": f"Bearer {token}"} if token else None
+                try:
+                    self._client = JobSubmissionClient(self.ray_address, headers=headers)
+                except Exception as exc:  # ConnectionError, ValueError from address lookup, HTTP errors
+                    raise ClusterUnavailable(self._unreachable(exc)) from exc
+            return self._client
+
+    def _unreachable(self, exc: BaseException) -> str:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return (
+            f"Cannot reach the Ray job server at {self._where()} ({first[:300]}). Start a cluster with "
+            "`ray start --head --node-ip-address=127.0.0.1 --dashboard-host=127.0.0.1`, or give its "
+            "dashboard address with `elastune ui --ray-address http://HOST:8265`."
+        )
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        client = self.client()
+        try:
+            return getattr(client, method)(*args, **kwargs)
+        except RuntimeError as exc:
+            # The SDK reports an unknown id as a RuntimeError whose text says "does not exist" (404).
+            if "does not exist" in str(exc) or "404" in str(exc):
+                raise UnknownJob(str(exc)) from exc
+            raise ClusterUnavailable(self._unreachable(exc)) from exc
+        except Exception as exc:  # requests' ConnectionError and friends: the cluster went away
+            with self._lock:
+                self._client = None
+            raise ClusterUnavailable(self._unreachable(exc)) from exc
+
+    # -- jobs
+
+    def submit(self, plan: LaunchPlan) -> str:
+        submission_id = f"elastune-{plan.kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+        # No runtime_env: the cluster runs the installed elastune; nothing from the client goes in.
+        result: str = self._call(
+            "submit_job",
+            entrypoint=plan.entrypoint,
+            submission_id=submission_id,
+            metadata={**plan.metadata, "elastune_ui": "1"},
+        )
+        return result
+
+    def list(self) -> list[dict[str, Any]]:
+        jobs = [job_dict(info) for info in self._call("list_jobs")]
+        return sorted(jobs, key=lambda j: j["start_time"] or 0, reverse=True)
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        return job_dict(self._call("get_job_info", job_id))
+
+    def logs(self, job_id: str, offset: int) -> dict[str, Any]:
+        """Log text from `offset` on (what a poller has not seen yet), and the job's status."""
+        info = self.get(job_id)
+        text: str = self._call("get_job_logs", job_id)
+        offset = min(max(offset, 0), len(text))
+        chunk = text[offset:]
+        skipped = max(0, len(chunk) - _LOG_LIMIT)
+        return {
+            "job_id": job_id,
+            "text": chunk[skipped:],
+            "offset": len(text),
+            "skipped_chars": skipped,
+            "status": info["status"],
+            "done": info["status"] in TERMINAL,
+        }
+
+    def stop(self, job_id: str) -> dict[str, Any]:
+        info = self.get(job_id)
+        if info["status"] in TERMINAL:
+            return {"job_id": job_id, "stopped": False, "status": info["status"], "message": "already finished"}
+        stopped = bool(self._call("stop_job", job_id))
+        return {"job_id": job_id, "stopped": stopped, "status": self.get(job_id)["status"], "message": ""}
+
+
+def job_dict(info: Any) -> dict[str, Any]:
+    metadata = dict(info.metadata or {})
+    status = getattr(info.status, "value", str(info.status))
+    return {
+        "job_id": info.submission_id or info.job_id,
+        "kind": metadata.get("elastune_kind", "other"),
+        "spec": metadata.get("elastune_spec") or None,
+        "from_sweep": metadata.get("elastune_from_sweep") or None,
+        "status": status,
+        "message": info.message or "",
+        "entrypoint": info.entrypoint,
+        "start_time": (info.start_time or 0) / 1000 or None,  # Ray gives milliseconds
+        "end_time": (info.end_time or 0) / 1000 or None,
+        "done": status in TERMINAL,
+    }

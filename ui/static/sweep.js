@@ -1,0 +1,173 @@
+// One sweep: summary tiles, throughput-vs-memory plot with the Pareto front and the ceiling,
+// the best config (download, train), parallel coordinates and a sortable trial table.
+"use strict";
+(() => {
+  const { api, el, bytes, gib, rate, num, when, duration, pill, empty, banner, download } = Elastune;
+  const body = document.getElementById("sweep-body");
+  const sweepId = body.dataset.sweepId;
+  const COLORS = { ok: "#2457a6", pruned: "#a86400", infeasible: "#5a4fb0", oom: "#b3261e", failed: "#7b8494", running: "#1b8a9a" };
+  let data = null, sort = { key: "number", dir: 1 }, selected = null, laidOut = false, lastJson = "";
+
+  const tile = (label, value, unit) => el("div", { class: "tile" }, el("div", { class: "label", text: label }), el("div", { class: "value" }, value, unit ? el("span", { class: "unit", text: ` ${unit}` }) : null));
+  const paramText = (v) => (v === null || v === undefined ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v));
+
+  function header() {
+    document.getElementById("sweep-title").textContent = data.name;
+    document.title = `${data.name} · elastune`;
+    const st = document.getElementById("sweep-status"); st.replaceWith(Object.assign(pill(data.status), { id: "sweep-status" }));
+    document.getElementById("sweep-sub").textContent = `${data.sweep_id} · started ${when(data.started_at)} · ${data.status === "running" ? "running for" : "took"} ${duration(data.started_at, data.ended_at)}${data.description ? " · " + data.description : ""}`;
+    const link = document.getElementById("mlflow-link");
+    if (data.mlflow_url) { link.href = data.mlflow_url; link.hidden = false; }
+    const c = data.counts;
+    document.getElementById("tiles").replaceChildren(
+      tile("Trials", String(data.trial_count)),
+      tile("Finished", String(c.ok)),
+      tile("Ruled out before running", String(c.infeasible)),
+      tile("Out of memory", String(c.oom)),
+      tile("Stopped early / failed", `${c.pruned} / ${c.failed}`),
+      tile("Best throughput", rate(data.best_samples_per_s), "samples/s"),
+      tile("Memory ceiling", data.memory_ceiling_bytes ? bytes(data.memory_ceiling_bytes) : "none"));
+  }
+
+  function trialTip(t) {
+    return [`trial ${t.number} (${t.trial_id}) · ${Elastune.STATUS_WORDS[t.status] || t.status}${t.pareto ? " · Pareto" : ""}${t.best ? " · best" : ""}`,
+      `${rate(t.samples_per_s)} samples/s · peak ${bytes(t.peak_memory_bytes)} measured, ${bytes(t.estimated_peak_bytes)} predicted`,
+      ...Object.entries(t.params).map(([k, v]) => `${k} = ${paramText(v)}`)];
+  }
+
+  function plot() {
+    const box = document.getElementById("scatter");
+    const ran = data.trials.filter((t) => t.samples_per_s !== null && t.peak_memory_bytes !== null);
+    const notRun = data.trials.filter((t) => !ran.includes(t) && t.estimated_peak_bytes !== null && ["infeasible", "oom", "failed"].includes(t.status));
+    if (!ran.length && !notRun.length) { box.replaceChildren(empty("Nothing to plot yet", "Points appear as trials finish.")); return; }
+    Charts.scatter(box, {
+      label: "samples per second against peak memory",
+      xTitle: "peak memory, measured (GiB)", yTitle: "throughput (samples/s)",
+      xFmt: (v) => String(+v.toFixed(2)),
+      ceiling: gib(data.memory_ceiling_bytes), ceilingLabel: data.memory_ceiling_bytes ? `ceiling ${bytes(data.memory_ceiling_bytes)}` : null,
+      points: ran.map((t) => ({ id: t.trial_id, x: gib(t.peak_memory_bytes), y: t.samples_per_s, color: COLORS[t.status] || "#555", ring: t.pareto, r: t.best ? 8 : t.pareto ? 6 : 4.5, tip: trialTip(t) })),
+      strip: notRun.map((t) => ({ id: t.trial_id, x: gib(t.estimated_peak_bytes), color: COLORS[t.status], tip: trialTip(t) })),
+      front: ran.filter((t) => t.pareto).map((t) => ({ x: gib(t.peak_memory_bytes), y: t.samples_per_s })),
+      onClick: (id) => selectTrial(id, true),
+      legend: [
+        { label: "finished", color: COLORS.ok }, { label: "stopped early", color: COLORS.pruned },
+        { label: "Pareto front", color: "#2457a6", shape: "line" },
+        { label: "ruled out: predicted over the ceiling", color: COLORS.infeasible, shape: "cross" },
+        { label: "out of memory", color: COLORS.oom, shape: "cross" },
+        ...(data.memory_ceiling_bytes ? [{ label: "memory ceiling", color: "#b3261e", shape: "dash" }] : []),
+      ],
+    });
+  }
+
+  function best() {
+    const box = document.getElementById("best");
+    const b = data.best;
+    if (!b) { box.replaceChildren(empty("No best configuration yet", "A trial must finish inside the memory ceiling and the quality tolerance.")); return; }
+    const kv = el("dl", { class: "kv" });
+    const add = (k, v) => kv.append(el("dt", { text: k }), el("dd", { text: v }));
+    add("trial", `${b.number} (${b.trial_id})`);
+    add("throughput", `${rate(b.samples_per_s)} samples/s`);
+    add("peak memory", `${bytes(b.peak_memory_bytes)} measured (${b.peak_memory_kind || "?"}), ${bytes(b.estimated_peak_bytes)} predicted`);
+    add("eval log loss / AUC", `${num(b.val_logloss)} / ${num(b.val_auc)}`);
+    for (const [k, v] of Object.entries(b.params)) add(k, paramText(v));
+    const train = el("button", { type: "button", class: "primary", id: "train-best", onclick: trainBest }, "Train this");
+    const dl = el("button", { type: "button", id: "download-best", onclick: () => download(`/api/sweeps/${encodeURIComponent(sweepId)}/best-config.yaml`, `${sweepId}-best.yaml`, "application/yaml").catch((e) => banner(e.message)) }, "Download config (YAML)");
+    const links = b.mlflow_url ? el("p", { class: "small" }, el("a", { href: b.mlflow_url, target: "_blank", rel: "noopener", text: "This trial in MLflow" })) : null;
+    box.replaceChildren(kv, el("div", { class: "actions" }, train, dl), links,
+      el("p", { class: "small muted", text: "Train this launches a training run of this config on the cluster and opens it on the Jobs page." }));
+  }
+
+  async function trainBest() {
+    try {
+      const job = await api.post("/api/jobs", { kind: "train", from_sweep: sweepId, sets: [] });
+      location.href = `/jobs#job=${encodeURIComponent(job.job_id)}`;
+    } catch (e) {
+      banner(e.problems && e.problems.length ? e.problems.map((p) => `${p.field}: ${p.message}`).join(" · ") : e.message);
+    }
+  }
+
+  function parcoords() {
+    const box = document.getElementById("parcoords");
+    const rows = data.trials.filter((t) => t.samples_per_s !== null);
+    if (!rows.length || !data.parameters.length) { box.replaceChildren(empty("No finished trials yet", "Lines appear as trials report throughput.")); return; }
+    const isNum = (k) => rows.every((t) => t.params[k] === undefined || t.params[k] === null || typeof t.params[k] === "number");
+    const dims = [
+      ...data.parameters.map((k) => ({ key: k, label: k, numeric: isNum(k) })),
+      { key: "__peak", label: "peak memory (GiB)", numeric: true, fmt: (v) => v.toFixed(2) },
+      { key: "__sps", label: "samples/s", numeric: true, fmt: (v) => Math.round(v).toLocaleString("en-US") },
+    ];
+    Charts.parcoords(box, {
+      dims,
+      rows: rows.map((t) => ({ id: t.trial_id, color: t.best ? "#d1731f" : COLORS[t.status] || "#555", tip: trialTip(t),
+        values: { ...Object.fromEntries(data.parameters.map((k) => [k, t.params[k] === undefined ? "(base)" : t.params[k]])), __peak: gib(t.peak_memory_bytes), __sps: t.samples_per_s } })),
+      legend: [{ label: "finished", color: COLORS.ok }, { label: "stopped early", color: COLORS.pruned }, { label: "best", color: "#d1731f" }],
+    });
+  }
+
+  const COLUMNS = [
+    { key: "number", label: "#", num: true },
+    { key: "status", label: "Status", cell: (t) => [pill(t.status), t.best ? pill("best", "best") : null, t.pareto ? el("span", { class: "small muted", text: " Pareto" }) : null] },
+    { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => rate(t.samples_per_s) },
+    { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
+    { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },
+    { key: "val_logloss", label: "Eval log loss", num: true, cell: (t) => num(t.val_logloss) },
+    { key: "val_auc", label: "Eval AUC", num: true, cell: (t) => num(t.val_auc) },
+    { key: "oom_retries", label: "OOM retries", num: true },
+  ];
+
+  function table() {
+    const cols = [...COLUMNS, ...data.parameters.map((k) => ({ key: `param:${k}`, label: k, get: (t) => t.params[k], cell: (t) => paramText(t.params[k]) })),
+      { key: "error", label: "Note", cell: (t) => (t.error ? t.error.split("\n")[0].slice(0, 120) : "") }];
+    const value = (t, c) => (c.get ? c.get(t) : t[c.key]);
+    const trials = [...data.trials].sort((a, b) => {
+      const c = cols.find((x) => x.key === sort.key) || cols[0];
+      const va = value(a, c), vb = value(b, c);
+      if (va === vb) return a.number - b.number;
+      if (va === null || va === undefined) return 1;
+      if (vb === null || vb === undefined) return -1;
+      return (va < vb ? -1 : 1) * sort.dir;
+    });
+    const tableEl = document.getElementById("trial-table");
+    if (!trials.length) { tableEl.replaceChildren(el("tbody", {}, el("tr", {}, el("td", {}, empty("No trials yet", "Trials appear here as the sweep proposes them."))))); return; }
+    const head = el("tr", {}, cols.map((c) => el("th", {
+      class: `sortable ${c.num ? "num" : ""} ${sort.key === c.key ? (sort.dir > 0 ? "sorted-asc" : "sorted-desc") : ""}`, "data-key": c.key, text: c.label,
+      onclick: () => { sort = { key: c.key, dir: sort.key === c.key ? -sort.dir : c.num ? -1 : 1 }; table(); },
+    })));
+    const rows = trials.map((t) => el("tr", { "data-trial": t.trial_id, class: t.trial_id === selected ? "selected" : "", onclick: () => selectTrial(t.trial_id, false) },
+      cols.map((c) => { const v = c.cell ? c.cell(t) : value(t, c); return el("td", { class: c.num ? "num" : "" }, ...(Array.isArray(v) ? v : [v === null || v === undefined ? "–" : String(v)])); })));
+    tableEl.replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
+  }
+
+  function selectTrial(id, scroll) {
+    selected = id;
+    document.querySelectorAll("#trial-table tr[data-trial]").forEach((r) => r.classList.toggle("selected", r.dataset.trial === id));
+    const row = document.querySelector(`#trial-table tr[data-trial="${CSS.escape(id)}"]`);
+    if (row && scroll) row.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  }
+
+  async function refresh() {
+    let fresh;
+    try { fresh = await api.get(`/api/sweeps/${encodeURIComponent(sweepId)}`); }
+    catch (e) {
+      if (e.status === 404) { body.replaceChildren(empty("No such sweep", `${e.message} Go back to the sweep list to pick one.`)); return false; }
+      banner(e.message); return true;
+    }
+    banner(null);
+    const json = JSON.stringify(fresh);
+    if (json !== lastJson) {
+      lastJson = json; data = fresh;
+      if (!laidOut) {
+        body.replaceChildren(document.getElementById("sweep-layout").content.cloneNode(true));
+        document.getElementById("csv-button").addEventListener("click", () => download(`/api/sweeps/${encodeURIComponent(sweepId)}/trials.csv`, `${sweepId}-trials.csv`, "text/csv").catch((e) => banner(e.message)));
+        laidOut = true;
+      }
+      header(); plot(); best(); parcoords(); table();
+    }
+    return data.status === "running";
+  }
+
+  (async function loop() {
+    const again = await refresh();
+    if (again) setTimeout(loop, 4000);
+  })();
+})();

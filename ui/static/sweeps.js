@@ -1,0 +1,32 @@
+// Sweep list: one row per sweep in the MLflow store.
+"use strict";
+(() => {
+  const { api, el, bytes, rate, when, duration, pill, empty, poll } = Elastune;
+  async function refresh() {
+    const box = document.getElementById("sweep-list");
+    const sweeps = await api.get("/api/sweeps");
+    if (!sweeps.length) {
+      const health = await api.get("/api/health");
+      box.replaceChildren(empty("No sweeps recorded yet", `Nothing in the MLflow store (${health.tracking_uri}). Launch one from the Jobs page; it appears here as soon as it starts.`));
+      return;
+    }
+    const rows = sweeps.map((sw) => {
+      const c = sw.counts;
+      const open = () => { location.href = `/sweeps/${encodeURIComponent(sw.sweep_id)}`; };
+      return el("tr", { class: "clickable", onclick: open },
+        el("td", {}, el("a", { href: `/sweeps/${encodeURIComponent(sw.sweep_id)}`, text: sw.name })),
+        el("td", {}, el("code", { text: sw.sweep_id })),
+        el("td", {}, pill(sw.status)),
+        el("td", { class: "num", text: String(sw.trial_count) }),
+        el("td", { text: `${c.ok} ok · ${c.infeasible} infeasible · ${c.oom} OOM · ${c.pruned} stopped early · ${c.failed} failed${c.running ? ` · ${c.running} running` : ""}` }),
+        el("td", { class: "num", text: rate(sw.best_samples_per_s) }),
+        el("td", { class: "num", text: sw.memory_ceiling_bytes ? bytes(sw.memory_ceiling_bytes) : "none" }),
+        el("td", { text: when(sw.started_at) }),
+        el("td", { class: "num", text: duration(sw.started_at, sw.ended_at) }));
+    });
+    const heads = [["Sweep", ""], ["Id", ""], ["Status", ""], ["Trials", "num"], ["Outcomes", ""], ["Best samples/s", "num"], ["Memory ceiling", "num"], ["Started", ""], ["Took", "num"]];
+    box.replaceChildren(el("div", { class: "table-wrap" }, el("table", { class: "data", id: "sweeps-table" },
+      el("thead", {}, el("tr", {}, heads.map(([h, c]) => el("th", { class: c, text: h })))), el("tbody", {}, rows))));
+  }
+  poll(refresh, 5000);
+})();

@@ -1,0 +1,125 @@
+"""Sweeps as the pages show them, read back from MLflow through elastune.tracking.mlflow.
+
+Everything a page needs is derived here once (Pareto front, best trial, MLflow links), so the
+browser only draws, and a script calling the API gets the same figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from elastune.errors import InputError
+from elastune.tracking.artifacts import best_config_yaml, trials_csv
+from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
+
+__all__ = ["StoreUnavailable", "SweepReader", "UnknownSweep", "best_config_yaml", "trials_csv"]
+
+
+class UnknownSweep(Exception):
+    """No sweep with this id in the store (HTTP 404)."""
+
+
+class StoreUnavailable(Exception):
+    """The MLflow store cannot be read (HTTP 503 with this message)."""
+
+
+class SweepReader:
+    def __init__(self, tracking_uri: str | None) -> None:
+        self.tracking_uri = tracking_uri
+
+    def _mlflow(self) -> Any:
+        from elastune.tracking import mlflow as tracking
+
+        return tracking
+
+    def resolved_uri(self) -> str:
+        return str(self._mlflow().resolve_tracking_uri(self.tracking_uri))
+
+    def _guard(self, exc: Exception) -> StoreUnavailable:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return StoreUnavailable(
+            f"Cannot read the MLflow store at {self.tracking_uri or 'the default location'} ({first[:300]}). "
+            "Check --tracking-uri, or start the MLflow server it names."
+        )
+
+    def list(self) -> list[dict[str, Any]]:
+        try:
+            records = self._mlflow().list_sweeps(self.tracking_uri)
+        except InputError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        except Exception as exc:  # mlflow's own errors: server down, bad URI, unreadable store
+            raise self._guard(exc) from exc
+        return [self.summary(r) for r in records]
+
+    def load(self, sweep_id: str) -> SweepRecord:
+        try:
+            record: SweepRecord = self._mlflow().load_sweep(sweep_id, self.tracking_uri)
+        except InputError as exc:
+            raise UnknownSweep(str(exc)) from exc
+        except Exception as exc:
+            raise self._guard(exc) from exc
+        return record
+
+    def run_url(self, run_id: str | None) -> str | None:
+        if not run_id:
+            return None
+        try:
+            url = self._mlflow().mlflow_run_url(self.tracking_uri, run_id)
+        except Exception:  # a link is a convenience: no link beats a failed page
+            return None
+        return str(url) if url else None
+
+    def summary(self, record: SweepRecord) -> dict[str, Any]:
+        best = record.best()
+        return {
+            "sweep_id": record.sweep_id,
+            "name": str(record.spec.get("name") or record.sweep_id),
+            "description": str(record.spec.get("description") or ""),
+            "status": record.status,
+            "started_at": record.started_at,
+            "ended_at": record.ended_at,
+            "memory_ceiling_bytes": record.memory_ceiling_bytes,
+            "trial_count": len(record.trials),
+            "counts": record.counts(),
+            "best_samples_per_s": best.samples_per_s if best else None,
+            "best_trial_id": best.trial_id if best else None,
+            "job_id": record.job_id,
+            "mlflow_run_id": record.mlflow_run_id,
+        }
+
+    def detail(self, sweep_id: str) -> dict[str, Any]:
+        record = self.load(sweep_id)
+        front = {t.trial_id for t in pareto_front(record.trials)}
+        best = record.best()
+        trials = [self._trial(t, front, best) for t in sorted(record.trials, key=lambda t: t.number)]
+        return {
+            **self.summary(record),
+            "spec": record.spec,
+            "quality_tolerance": record.quality_tolerance,
+            "reference_logloss": record.reference_logloss,
+            "reference_samples_per_s": record.reference_samples_per_s,
+            "mlflow_url": self.run_url(record.mlflow_run_id),
+            "parameters": _param_names(record.trials),
+            "pareto_trial_ids": [t.trial_id for t in pareto_front(record.trials)],
+            "best": self._trial(best, front, best) if best else None,
+            "best_config": best.config if best else None,
+            "trials": trials,
+        }
+
+    def _trial(self, trial: TrialRecord, front: set[str], best: TrialRecord | None) -> dict[str, Any]:
+        return {
+            **trial.to_dict(),
+            "feasible": trial.feasible,
+            "pareto": trial.trial_id in front,
+            "best": best is not None and trial.trial_id == best.trial_id,
+            "mlflow_url": self.run_url(trial.mlflow_run_id),
+        }
+
+
+def _param_names(trials: Iterable[TrialRecord]) -> list[str]:
+    names: dict[str, None] = {}
+    for trial in trials:
+        for key in trial.params:
+            names.setdefault(key, None)
+    return list(names)
