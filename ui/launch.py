@@ -145,7 +145,7 @@ def list_specs(spec_dir: Path) -> dict[str, Path]:
     """Spec files directly in the folder, by name (the file name without .yaml / .yml)."""
     if not spec_dir.is_dir():
         return {}
-    found = {}
+    found: dict[str, Path] = {}
     for path in sorted(spec_dir.iterdir()):
         if path.suffix in (".yaml", ".yml") and path.is_file() and _NAME.match(path.stem):
             found.setdefault(path.stem, path)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,7 @@ def make_broker_reader(ray_address: str | None) -> MemoryReader:
             if not ray.is_initialized():
                 ray.init(
                     address=_gcs_address(ray_address),
-                    logging_level="ERROR",
+                    logging_level=logging.ERROR,
                     log_to_driver=False,
                     configure_logging=False,
                 )

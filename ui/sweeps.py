@@ -6,7 +6,8 @@ browser only draws, and a script calling the API gets the same figures.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from elastune.errors import InputError
@@ -14,6 +15,9 @@ from elastune.tracking.artifacts import best_config_yaml, trials_csv
 from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
 
 __all__ = ["StoreUnavailable", "SweepReader", "UnknownSweep", "best_config_yaml", "trials_csv"]
+
+
+FULL_SUMMARIES = 30  # sweeps listed with their trial counts
 
 
 class UnknownSweep(Exception):
@@ -50,7 +54,15 @@ class SweepReader:
             raise StoreUnavailable(str(exc)) from exc
         except Exception as exc:  # mlflow's own errors: server down, bad URI, unreadable store
             raise self._guard(exc) from exc
-        return [self.summary(r) for r in records]
+        # list_sweeps leaves trials out (one query); counts and the best figure need them, so the
+        # newest sweeps are read in full and older ones listed without (null counts).
+        out = []
+        for index, record in enumerate(records):
+            if index < FULL_SUMMARIES and not record.trials:
+                with contextlib.suppress(UnknownSweep):  # deleted between the two reads: list what we have
+                    record = self.load(record.sweep_id)
+            out.append(self.summary(record, complete=index < FULL_SUMMARIES))
+        return out
 
     def load(self, sweep_id: str) -> SweepRecord:
         try:
@@ -70,7 +82,7 @@ class SweepReader:
             return None
         return str(url) if url else None
 
-    def summary(self, record: SweepRecord) -> dict[str, Any]:
+    def summary(self, record: SweepRecord, complete: bool = True) -> dict[str, Any]:
         best = record.best()
         return {
             "sweep_id": record.sweep_id,
@@ -80,8 +92,8 @@ class SweepReader:
             "started_at": record.started_at,
             "ended_at": record.ended_at,
             "memory_ceiling_bytes": record.memory_ceiling_bytes,
-            "trial_count": len(record.trials),
-            "counts": record.counts(),
+            "trial_count": len(record.trials) if complete else None,
+            "counts": record.counts() if complete else None,
             "best_samples_per_s": best.samples_per_s if best else None,
             "best_trial_id": best.trial_id if best else None,
             "job_id": record.job_id,
@@ -100,7 +112,7 @@ class SweepReader:
             "reference_logloss": record.reference_logloss,
             "reference_samples_per_s": record.reference_samples_per_s,
             "mlflow_url": self.run_url(record.mlflow_run_id),
-            "parameters": _param_names(record.trials),
+            "parameters": _param_names(record.spec, record.trials),
             "pareto_trial_ids": [t.trial_id for t in pareto_front(record.trials)],
             "best": self._trial(best, front, best) if best else None,
             "best_config": best.config if best else None,
@@ -117,9 +129,9 @@ class SweepReader:
         }
 
 
-def _param_names(trials: Iterable[TrialRecord]) -> list[str]:
-    names: dict[str, None] = {}
-    for trial in trials:
-        for key in trial.params:
-            names.setdefault(key, None)
-    return list(names)
+def _param_names(spec: Mapping[str, Any], trials: Iterable[TrialRecord]) -> list[str]:
+    """The searched parameters in the spec's order, then any other a trial carries (sorted)."""
+    declared = spec.get("parameters")
+    names = list(declared) if isinstance(declared, Mapping) else []
+    extra = sorted({key for trial in trials for key in trial.params} - set(names))
+    return names + extra
