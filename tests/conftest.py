@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from elastune.config import RunConfig, load_run_config
+
+# MLflow starts a usage-telemetry client on import; tests send nothing beyond 127.0.0.1.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 # A configuration small enough to train in a second or two on two CPU cores.
 TINY = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import socket
 import struct
 import time
 from pathlib import Path
@@ -210,7 +211,7 @@ def test_resume_reopens_the_parent(uri: str, tracker: SweepTracker) -> None:
     first = record_sweep(tracker, record)
     client = MlflowClient(tracking_uri=uri)
     assert client.get_run(first).info.status == "KILLED"
-    with pytest.raises(InputError, match="best_config.yaml"):  # nothing feasible, nothing to run
+    with pytest.raises(InputError, match=r"best_config\.yaml"):  # nothing feasible, nothing to run
         artifact_path("resume", "best_config.yaml", uri)
     again = make_sweep("resume", n_ok=1)
     again.status = "running"
@@ -219,7 +220,8 @@ def test_resume_reopens_the_parent(uri: str, tracker: SweepTracker) -> None:
     assert client.get_run(first).info.status == "RUNNING"
     resumed.log_trial(again, again.trials[0])
     experiment_id = client.get_run(first).info.experiment_id
-    parents = client.search_runs([experiment_id], "tags.`elastune.sweep_id` = 'resume' and tags.`elastune.kind` = 'sweep'")
+    sweep_filter = "tags.`elastune.sweep_id` = 'resume' and tags.`elastune.kind` = 'sweep'"
+    parents = client.search_runs([experiment_id], sweep_filter)
     assert [p.info.run_id for p in parents] == [first]
     assert {t.trial_id for t in load_sweep("resume", uri).trials} == {"screened-0", again.trials[0].trial_id}
 
@@ -261,7 +263,7 @@ def test_unknown_sweep_and_artifact_names(uri: str, tracker: SweepTracker) -> No
         load_sweep("no-such-sweep", uri)
     message = str(caught.value)
     assert "no-such-sweep" in message and "known-1" in message
-    with pytest.raises(InputError, match="pareto.svg"):
+    with pytest.raises(InputError, match=r"pareto\.svg"):
         artifact_path("known-1", "pareto.svg", uri)
     with pytest.raises(InputError, match="no-such-sweep"):
         artifact_path("no-such-sweep", "trials.csv", uri)
@@ -303,3 +305,13 @@ def test_tracking_uri_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_run_urls_only_for_servers() -> None:
     assert mlflow_run_url("http://127.0.0.1:5000", "abc123") == "http://127.0.0.1:5000/#/runs/abc123"
     assert mlflow_run_url("sqlite:////tmp/mlflow.db", "abc123") is None
+
+
+def test_an_unreachable_server_fails_fast_with_the_fix() -> None:
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(InputError, match="no MLflow server answers there"):
+            SweepTracker(url)
+    assert time.monotonic() - start < 15

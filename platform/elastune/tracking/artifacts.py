@@ -109,7 +109,7 @@ def pareto_png(record: SweepRecord) -> bytes:
         points = [(getattr(t, x_of) / scale, t.samples_per_s or 0.0) for t in trials if getattr(t, x_of) is not None]
         if points:
             xs, ys = zip(*points, strict=True)
-            ax.scatter(xs, ys, **style)
+            ax.scatter(xs, ys, clip_on=False, **style)  # unclipped: trials without throughput sit on y=0
 
     ok = [t for t in record.trials if t.status == "ok" and t.trial_id not in front_ids]
     plot(ok, "peak_memory_bytes", marker="o", color="tab:blue", alpha=0.6, label="ok")
@@ -118,7 +118,8 @@ def pareto_png(record: SweepRecord) -> bytes:
     if front:
         xs = [(t.peak_memory_bytes or 0) / scale for t in front]
         ys = [t.samples_per_s or 0.0 for t in front]
-        ax.plot(xs, ys, color="tab:orange", linewidth=1.5, zorder=2)
+        # A staircase: between two front points the best reachable throughput is the cheaper one's.
+        ax.plot(xs, ys, color="tab:orange", linewidth=1.5, drawstyle="steps-post", zorder=2)
         ax.scatter(xs, ys, marker="*", s=160, color="tab:orange", edgecolors="black", zorder=3, label="Pareto front")
     # Trials that never produced a throughput sit on the x axis, at the memory that ruled them out.
     infeasible = [t for t in record.trials if t.status == "infeasible"]

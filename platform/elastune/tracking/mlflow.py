@@ -30,8 +30,11 @@ from pathlib import Path
 
 import yaml
 
-# Artifact downloads draw a tqdm bar on stderr; nothing here wants it (read when downloading).
+# Read by MLflow when it acts, so setting them here is enough; a user's own setting wins.
+# Artifact downloads would draw a tqdm bar on stderr, and every run ended on a server would print
+# two "View run" lines to stdout (and cost a request each): the driver prints its own progress.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunTag
