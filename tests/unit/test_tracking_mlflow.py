@@ -258,7 +258,7 @@ def test_reading_fifty_trials_back_is_quick(uri: str, tracker: SweepTracker) -> 
 
 
 def test_unknown_sweep_and_artifact_names(uri: str, tracker: SweepTracker) -> None:
-    record_sweep(tracker, make_sweep("known-1", n_ok=1))
+    record_sweep(tracker, make_sweep("known-1", started_at=1_900_000_000.0, n_ok=1))  # newest: listed first
     with pytest.raises(InputError) as caught:
         load_sweep("no-such-sweep", uri)
     message = str(caught.value)
@@ -305,6 +305,12 @@ def test_tracking_uri_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_run_urls_only_for_servers() -> None:
     assert mlflow_run_url("http://127.0.0.1:5000", "abc123") == "http://127.0.0.1:5000/#/runs/abc123"
     assert mlflow_run_url("sqlite:////tmp/mlflow.db", "abc123") is None
+    assert mlflow_run_url("not a uri", "abc123") is None  # a link is a convenience, never an error
+
+
+def test_run_url_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://mlflow.example:8443/")
+    assert mlflow_run_url(None, "r1") == "https://mlflow.example:8443/#/runs/r1"
 
 
 def test_an_unreachable_server_fails_fast_with_the_fix() -> None:

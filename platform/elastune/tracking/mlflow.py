@@ -188,6 +188,7 @@ class SweepTracker:
             self._children[parent] = self._load_children(parent)
         children = self._children[parent]
         run_id = children.get(trial.trial_id)
+        existed = run_id is not None
         if run_id is None:
             run = self._client.create_run(
                 self._experiment_id,
@@ -214,7 +215,8 @@ class SweepTracker:
         }
         self._write(state, params=params, metrics=metrics, tags=tags)
         if _TRIAL_RUN_STATUS[trial.status] == "RUNNING":
-            self._client.update_run(run_id, status="RUNNING")
+            if existed:  # a new run starts out RUNNING; an old one may have been ended before a resume
+                self._client.update_run(run_id, status="RUNNING")
         else:
             self._client.set_terminated(run_id, status=_TRIAL_RUN_STATUS[trial.status])
         return run_id

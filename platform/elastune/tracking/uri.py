@@ -55,11 +55,17 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     raise _bad(source, uri, f"not a tracking URI; {_FORMS}{hint}")
 
 
-def mlflow_run_url(tracking_uri: str, run_id: str) -> str | None:
-    """The run's page in the MLflow UI (its hash router has a direct /runs/<id> route); None off-server."""
-    if not is_http(tracking_uri):
+def mlflow_run_url(tracking_uri: str | None, run_id: str) -> str | None:
+    """The run's page in the MLflow UI (its hash router has a direct /runs/<id> route); None off-server.
+
+    `tracking_uri` is resolved like everywhere else (None: $MLFLOW_TRACKING_URI or the default store);
+    a link is a convenience, so a URI that does not resolve gives None rather than an error.
+    """
+    try:
+        uri = resolve_tracking_uri(tracking_uri)
+    except InputError:
         return None
-    return f"{tracking_uri.rstrip('/')}/#/runs/{run_id}"
+    return f"{uri}/#/runs/{run_id}" if is_http(uri) else None
 
 
 def is_http(uri: str) -> bool:
