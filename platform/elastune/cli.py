@@ -17,7 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from elastune.config import RunConfig, load_run_config
-from elastune.errors import ElastuneError
+from elastune.errors import ElastuneError, InputError
+from elastune.units import human_bytes
 
 __all__ = ["app", "main"]
 
@@ -29,9 +30,9 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect run configs.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
-app.command("ui")(__import__("elastune.ui_cli", fromlist=["ui"]).ui)  # `elastune ui`: see ui_cli.py
 
-out = Console()
+# Wide enough for the sweep summary when output goes to a file or a pipe (rich assumes 80 there).
+out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 
@@ -48,12 +49,30 @@ SetOpt = Annotated[
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="table for people, json for scripts.")]
 
 
+TrackingOpt = Annotated[
+    str | None,
+    typer.Option("--tracking-uri", help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db."),
+]
+
+
 @app.command()
-def train(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = Format.table) -> None:
+def train(
+    config: ConfigArg = None,
+    set_: SetOpt = None,
+    format: FormatOpt = Format.table,
+    from_sweep: Annotated[
+        str | None, typer.Option("--from-sweep", help="Start from this sweep's best config (read from MLflow).")
+    ] = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
     """Train one configuration; print throughput, measured and predicted peak memory, quality."""
     from elastune.training.loop import Progress
     from elastune.training.loop import train as run_training
 
+    if from_sweep is not None:
+        if config is not None:
+            raise InputError("give a CONFIG file or --from-sweep, not both")
+        config = _best_config_file(from_sweep, tracking_uri)
     cfg = load_run_config(config, set_ or [])
     err.print(
         f"[bold]training[/] {cfg.workload} · {cfg.embedding.strategy} · {cfg.precision} · "
@@ -103,6 +122,94 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     out.print(table)
 
 
+@app.command()
+def sweep(
+    spec: Annotated[Path | None, typer.Argument(help="Sweep spec YAML (see search_spaces/).")] = None,
+    memory_ceiling: Annotated[
+        str | None, typer.Option(help="Peak memory a trial may use: 512MiB, 2GiB, 1.5GB.")
+    ] = None,
+    max_trials: Annotated[int | None, typer.Option(help="Proposals, screened-out ones included.")] = None,
+    max_concurrent: Annotated[int | None, typer.Option(help="Trials running at once.")] = None,
+    cpus_per_trial: Annotated[float | None, typer.Option(help="CPUs per trial worker.")] = None,
+    gpus_per_trial: Annotated[float | None, typer.Option(help="GPUs per trial worker (below 1 shares a GPU).")] = None,
+    set_: SetOpt = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address; default $RAY_ADDRESS, else a local Ray on 127.0.0.1.")
+    ] = None,
+    tracking_uri: TrackingOpt = None,
+    resume: Annotated[str | None, typer.Option(help="Continue this sweep after its driver stopped.")] = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Search strategy, precision, micro-batch and accumulation for the highest samples/s under a ceiling."""
+    from elastune.tuning.results import results_json
+    from elastune.tuning.spec import load_sweep_spec
+    from elastune.tuning.sweep import SweepOptions, run_sweep
+
+    if spec is None and resume is None:
+        raise InputError("give a sweep SPEC file (e.g. search_spaces/dlrm_quick.yaml) or --resume SWEEP_ID")
+    flags = {
+        "constraints.memory_ceiling": memory_ceiling,
+        "budget.max_trials": max_trials,
+        "budget.max_concurrent": max_concurrent,
+        "resources.cpus_per_trial": cpus_per_trial,
+        "resources.gpus_per_trial": gpus_per_trial,
+    }
+    overrides = [*(set_ or []), *(f"{key}={value}" for key, value in flags.items() if value is not None)]
+    parsed = load_sweep_spec(spec, overrides) if spec is not None else None
+    if parsed is None and overrides:
+        raise InputError("--resume continues the stored spec as it was; drop the spec overrides")
+    record = run_sweep(parsed, SweepOptions(address=address, tracking_uri=tracking_uri), resume=resume)
+    if format is Format.json:
+        print(json.dumps(results_json(record), indent=2))
+    else:
+        _print_summary(record)
+
+
+@app.command()
+def results(
+    sweep_id: Annotated[str | None, typer.Argument(help="A sweep id; default the newest sweep.")] = None,
+    tracking_uri: TrackingOpt = None,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Show a sweep's results, read back from MLflow."""
+    from elastune.tracking.mlflow import load_sweep
+    from elastune.tuning.results import results_json
+
+    record = load_sweep(sweep_id, tracking_uri)
+    if format is Format.json:
+        print(json.dumps(results_json(record), indent=2))
+    else:
+        _print_summary(record)
+
+
+def _print_summary(record: Any) -> None:
+    from elastune.tuning.results import SUMMARY_COLUMNS, summary_rows
+
+    counts = record.counts()
+    table = Table(title=f"sweep {record.sweep_id} ({record.status})")
+    for column in SUMMARY_COLUMNS:
+        table.add_column(column, justify="right" if column not in {"trial", "status", "parameters"} else "left")
+    for row in summary_rows(record):
+        table.add_row(*(escape(cell) for cell in row))
+    out.print(table)
+    ceiling = human_bytes(record.memory_ceiling_bytes) if record.memory_ceiling_bytes else "none"
+    ref = f"{record.reference_samples_per_s:,.0f} samples/s" if record.reference_samples_per_s else "n/a"
+    out.print(
+        f"ceiling {ceiling} · reference {ref} · " + " · ".join(f"{status} {n}" for status, n in counts.items() if n)
+    )
+    best = record.best()
+    if best is not None:
+        out.print(f"best config: elastune train --from-sweep {record.sweep_id}   (MLflow artifact best_config.yaml)")
+
+
+def _best_config_file(sweep_id: str, tracking_uri: str | None) -> Path:
+    from elastune.tracking.mlflow import artifact_path, load_sweep
+
+    if load_sweep(sweep_id, tracking_uri).best() is None:
+        raise InputError(f"--from-sweep {sweep_id}: the sweep has no feasible trial, so no best config to train")
+    return artifact_path(sweep_id, "best_config.yaml", tracking_uri)
+
+
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the JSON schema of a run config."""
@@ -144,14 +251,6 @@ def _summary_rows(r: Any) -> list[tuple[str, str]]:
         ("device", r.device),
         ("timed training", f"{r.elapsed_s:.1f} s"),
     ]
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"
 
 
 def main(argv: list[str] | None = None) -> int:

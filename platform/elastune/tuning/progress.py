@@ -1,0 +1,147 @@
+"""The driver's view of a running sweep: a Ray Tune callback that turns trial events into
+`TrialRecord`s, logs each to MLflow (the driver is the only writer) and prints live progress.
+
+It is pickled into Tune's experiment state (that is how `--resume` gets it back), so it holds only
+plain data; the MLflow client and the record are rebuilt in `setup()`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from ray.tune import Callback
+
+from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.units import human_bytes
+
+__all__ = ["SweepCallback", "progress_line"]
+
+PRINT_EVERY_S = 15.0
+
+
+class SweepCallback(Callback):
+    def __init__(self, sweep_id: str, tracking_uri: str, spec: dict[str, Any]) -> None:
+        self.sweep_id = sweep_id
+        self.tracking_uri = tracking_uri
+        self.spec = spec
+        self._tracker: Any = None
+        self._record: SweepRecord | None = None
+        self._last_print = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tracker": None, "_record": None}
+
+    # -- Tune's hooks (all run in the driver, one at a time)
+
+    def setup(
+        self, stop: Any = None, num_samples: int | None = None, total_num_samples: int | None = None, **info: Any
+    ) -> None:
+        self._ensure()
+
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._save(self._from_trial(trial, status="running", metrics={}))
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        from elastune.tuning.sweep import trial_record_from_metrics
+
+        base = self._from_trial(trial, status="running", metrics={})
+        done = trial_record_from_metrics(
+            base.trial_id, base.number, base.params, base.config, dict(trial.last_result or {})
+        )
+        done.estimated_peak_bytes = done.estimated_peak_bytes or base.estimated_peak_bytes
+        self._save(done, announce=True)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        record = self._from_trial(trial, status="failed", metrics={})
+        record.error = _error_text(trial)
+        self._save(record, announce=True)
+
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        from elastune.tuning.search import SCREENED, records_for_screened
+        from elastune.tuning.spec import SweepSpec
+
+        queued = SCREENED.pop(self.sweep_id, [])
+        for trial in records_for_screened(SweepSpec.model_validate(self.spec), queued):
+            self._save(trial, announce=True)
+        if time.monotonic() - self._last_print > PRINT_EVERY_S:
+            self._print(progress_line(self._ensure()))
+
+    # -- helpers
+
+    def _ensure(self) -> SweepRecord:
+        if self._tracker is None:
+            from elastune.tracking.mlflow import SweepTracker, load_sweep
+
+            self._tracker = SweepTracker(self.tracking_uri)
+            self._record = load_sweep(self.sweep_id, self.tracking_uri)
+        assert self._record is not None
+        return self._record
+
+    def _save(self, trial: TrialRecord, announce: bool = False) -> None:
+        record = self._ensure()
+        record.trials = [t for t in record.trials if t.trial_id != trial.trial_id] + [trial]
+        self._tracker.log_trial(record, trial)
+        self._tracker.update_sweep(record)
+        if announce:
+            self._print(f"{_trial_line(trial, record)}\n  {progress_line(record)}")
+
+    def _print(self, text: str) -> None:
+        self._last_print = time.monotonic()
+        print(text, file=sys.stderr, flush=True)
+
+    def _from_trial(self, trial: Any, status: str, metrics: dict[str, Any]) -> TrialRecord:
+        from elastune.tuning.spec import SweepSpec
+
+        config = dict(trial.config)
+        params = {k: v for k, v in config.items() if not k.startswith("elastune_")}
+        cfg = SweepSpec.model_validate(self.spec).trial_config(params)
+        return TrialRecord(
+            trial_id=str(trial.trial_id),
+            number=int(config.get("elastune_number", -1)),
+            status=status,  # type: ignore[arg-type]
+            params=params,
+            config=cfg.to_dict(),
+            estimated_peak_bytes=config.get("elastune_estimate"),
+        )
+
+
+def progress_line(record: SweepRecord) -> str:
+    counts = record.counts()
+    done = counts["ok"] + counts["oom"] + counts["failed"] + counts["pruned"]
+    best = record.best()
+    best_text = (
+        f"best {best.samples_per_s:,.0f} samples/s ({best.trial_id})" if best and best.samples_per_s else "no best yet"
+    )
+    return (
+        f"[{record.sweep_id}] done {done} · running {counts['running']} · infeasible {counts['infeasible']} · "
+        f"pruned {counts['pruned']} · oom {counts['oom']} · failed {counts['failed']} · {best_text}"
+    )
+
+
+def _trial_line(trial: TrialRecord, record: SweepRecord) -> str:
+    params = ", ".join(f"{k}={v}" for k, v in trial.params.items())
+    if trial.status == "infeasible" and trial.samples_per_s is None:
+        predicted = human_bytes(trial.estimated_peak_bytes or 0)
+        return f"trial {trial.number} infeasible (not run): predicted {predicted} · {params}"
+    if trial.status in {"ok", "infeasible", "pruned"} and trial.samples_per_s is not None:
+        peak = human_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "n/a"
+        quality = (
+            "" if trial.quality_ok is None else (" quality ok" if trial.quality_ok else " quality below tolerance")
+        )
+        speed = f"{trial.samples_per_s:,.0f} samples/s"
+        return f"trial {trial.number} {trial.status}: {speed}, peak {peak}{quality} · {params}"
+    return f"trial {trial.number} {trial.status}: {trial.error or ''} · {params}"
+
+
+def _error_text(trial: Any) -> str:
+    path = getattr(trial, "error_file", None)
+    try:
+        if path:
+            with open(path) as fh:
+                lines = fh.read().strip().splitlines()
+                return lines[-1][:500] if lines else "failed"
+    except OSError:
+        pass
+    return "the trial failed (see the Ray logs)"

@@ -1,0 +1,88 @@
+"""What a finished sweep says: the top configs against the reference, as rows a table or a script
+can use. Shared by `elastune sweep` (its closing summary) and `elastune results` (read back from
+MLflow)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
+from elastune.units import human_bytes
+
+__all__ = ["SUMMARY_COLUMNS", "results_json", "summary_rows"]
+
+SUMMARY_COLUMNS = (
+    "rank",
+    "trial",
+    "status",
+    "parameters",
+    "samples/s",
+    "speed-up",
+    "peak (measured)",
+    "predicted",
+    "log loss vs ref",
+    "AUC",
+)
+
+
+def ranked(record: SweepRecord) -> list[TrialRecord]:
+    """Feasible trials fastest first, then the rest (so a reader sees why they lost)."""
+    feasible = sorted((t for t in record.trials if t.feasible), key=lambda t: -(t.samples_per_s or 0.0))
+    rest = sorted((t for t in record.trials if not t.feasible), key=lambda t: (t.status, t.number))
+    return feasible + rest
+
+
+def summary_rows(record: SweepRecord, top: int = 8) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for rank, trial in enumerate(ranked(record)[:top], start=1):
+        rows.append(
+            (
+                str(rank) if trial.feasible else "-",
+                trial.trial_id,
+                trial.status,
+                ", ".join(f"{k.split('.')[-1]}={v}" for k, v in trial.params.items()) or "(reference)",
+                f"{trial.samples_per_s:,.0f}" if trial.samples_per_s else "-",
+                _speedup(trial, record),
+                human_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "-",
+                human_bytes(trial.estimated_peak_bytes) if trial.estimated_peak_bytes else "-",
+                _quality(trial, record),
+                f"{trial.val_auc:.4f}" if trial.val_auc is not None else "-",
+            )
+        )
+    return rows
+
+
+def results_json(record: SweepRecord) -> dict[str, Any]:
+    best = record.best()
+    return {
+        "sweep_id": record.sweep_id,
+        "status": record.status,
+        "memory_ceiling_bytes": record.memory_ceiling_bytes,
+        "quality_tolerance": record.quality_tolerance,
+        "reference_samples_per_s": record.reference_samples_per_s,
+        "reference_logloss": record.reference_logloss,
+        "counts": record.counts(),
+        "best": best.to_dict() if best else None,
+        "speedup_over_reference": speedup(best, record) if best else None,
+        "pareto_front": [t.trial_id for t in pareto_front(record.trials)],
+        "mlflow_run_id": record.mlflow_run_id,
+        "trials": [t.to_dict() for t in ranked(record)],
+    }
+
+
+def speedup(trial: TrialRecord, record: SweepRecord) -> float | None:
+    if trial.samples_per_s and record.reference_samples_per_s:
+        return trial.samples_per_s / record.reference_samples_per_s
+    return None
+
+
+def _speedup(trial: TrialRecord, record: SweepRecord) -> str:
+    ratio = speedup(trial, record)
+    return f"{ratio:.2f}×" if ratio is not None else "-"
+
+
+def _quality(trial: TrialRecord, record: SweepRecord) -> str:
+    if trial.val_logloss is None or not record.reference_logloss:
+        return "-"
+    delta = trial.val_logloss / record.reference_logloss - 1
+    return f"{delta:+.1%}"

@@ -1,0 +1,376 @@
+"""SweepSpec: what a sweep searches, under which limits, with which budget. A YAML file in
+`search_spaces/`, validated here with the engine's error style (every problem at once, each with
+its field path, the value and the fix; exit 2; nothing launched).
+
+```yaml
+name: dlrm_quick
+base: {steps: 60, data: {rows_scale: 0.002}}        # a RunConfig; the parameters vary it
+parameters:
+  embedding.strategy: {type: choice, values: [full, half, hashed]}
+  optimizer.sparse: {type: choice, values: [sgd, rowwise_adagrad], when: {embedding.strategy: [half]}}
+  batch.micro: {type: choice, values: [256, 512, 1024]}
+  embedding.compression: {type: float, low: 2, high: 16, log: true, when: {embedding.strategy: [hashed]}}
+objective: {metric: samples_per_s, mode: max}
+constraints: {memory_ceiling: 1GiB, quality_tolerance: 0.02, effective_batch: 1024}
+budget: {max_trials: 12, max_concurrent: 2, trial_samples: 65536}
+search: {algorithm: tpe, seed: 0, scheduler: asha}
+resources: {cpus_per_trial: 1, gpus_per_trial: 0}
+```
+
+A parameter with `when` is only drawn when every named parameter (drawn before it) took one of the
+listed values; otherwise the base config's value stands.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from elastune.config import (
+    RunConfig,
+    _read_yaml_mapping,
+    apply_overrides,
+    parse_overrides,
+    problems_from_validation,
+)
+from elastune.errors import MISSING, ConfigError, Problem
+from elastune.units import parse_bytes
+
+__all__ = [
+    "Budget",
+    "ChoiceParam",
+    "Constraints",
+    "FloatParam",
+    "IntParam",
+    "Resources",
+    "Search",
+    "SweepSpec",
+    "check_spec",
+    "dotted_to_nested",
+    "load_sweep_spec",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Param(_Section):
+    when: dict[str, list[Any]] | None = Field(
+        None, description="Draw this parameter only when each named parameter took one of the listed values."
+    )
+
+
+class ChoiceParam(_Param):
+    type: Literal["choice"]
+    values: list[Any] = Field(min_length=1, description="The candidates, tried as given.")
+
+
+class IntParam(_Param):
+    type: Literal["int"]
+    low: int
+    high: int
+    log: bool = False
+    step: int = Field(1, ge=1)
+
+
+class FloatParam(_Param):
+    type: Literal["float"]
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = Field(None, gt=0)
+
+
+Parameter = Annotated[ChoiceParam | IntParam | FloatParam, Field(discriminator="type")]
+
+
+class Objective(_Section):
+    metric: Literal["samples_per_s"] = Field(
+        "samples_per_s", description="What the sweep maximizes (ASHA and the sampler use it)."
+    )
+    mode: Literal["max"] = "max"
+
+
+class Constraints(_Section):
+    memory_ceiling: int | None = Field(
+        None, description="Peak memory a trial may use (512MiB, 2GiB, 1.5GB or bytes); none = no ceiling."
+    )
+    quality_tolerance: float | None = Field(
+        0.02, ge=0, le=1, description="Eval log loss at most this fraction above the reference's; none = off."
+    )
+    reference: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted overrides of `base` that make the reference config."
+    )
+    effective_batch: int | None = Field(
+        None, ge=1, description="Fix micro x accum to this; only splits of it are searched (accum is derived)."
+    )
+
+    @field_validator("memory_ceiling", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return None if value is None else parse_bytes(value)
+
+
+class Budget(_Section):
+    max_trials: int = Field(12, ge=1, le=10_000, description="Proposals, screened-out ones included.")
+    max_concurrent: int = Field(2, ge=1, le=1024, description="Trials running at once.")
+    trial_steps: int | None = Field(None, ge=2, description="Optimizer steps per trial (or give trial_samples).")
+    trial_samples: int | None = Field(
+        None, ge=1, description="Training samples per trial; default base.steps x base's effective batch."
+    )
+    time_limit_s: float | None = Field(None, gt=0, description="Stop launching after this many seconds.")
+
+
+class Search(_Section):
+    algorithm: Literal["tpe", "random", "grid"] = "tpe"
+    seed: int = Field(0, ge=0)
+    scheduler: Literal["asha", "none"] = Field("asha", description="asha stops slow trials at throughput rungs.")
+    grace_fraction: float = Field(
+        0.3, gt=0, le=1, description="asha: share of a trial's steps before it can be stopped."
+    )
+    reduction_factor: float = Field(2.0, ge=1.5, le=8)
+
+
+class Resources(_Section):
+    cpus_per_trial: float = Field(1.0, gt=0, description="CPUs per trial worker.")
+    gpus_per_trial: float = Field(0.0, ge=0, description="GPUs per trial worker; below 1 shares a GPU.")
+    workers_per_trial: int = Field(1, ge=1, le=1, description="Ray Train workers per trial (data parallel: 1 so far).")
+
+
+class SweepSpec(_Section):
+    name: str = Field("sweep", min_length=1, max_length=100)
+    description: str = ""
+    base: dict[str, Any] = Field(default_factory=dict, description="A RunConfig (partial) the parameters vary.")
+    parameters: dict[str, Parameter] = Field(min_length=1)
+    objective: Objective = Field(default_factory=lambda: Objective())
+    constraints: Constraints = Field(default_factory=lambda: Constraints())
+    budget: Budget = Field(default_factory=lambda: Budget())
+    search: Search = Field(default_factory=lambda: Search())
+    resources: Resources = Field(default_factory=lambda: Resources())
+    edo: Literal["auto", "on", "off"] = Field("auto", description="auto: on when gpus_per_trial is below 1.")
+
+    # -- derived: how one proposal becomes a RunConfig
+
+    def base_config(self) -> RunConfig:
+        return RunConfig.model_validate(self.base)
+
+    def trial_config(self, params: Mapping[str, Any]) -> RunConfig:
+        """The base config with `params` (dotted keys) applied, steps set by the budget."""
+        raw = apply_overrides(self.base, dotted_to_nested(params))
+        if self.constraints.effective_batch is not None:
+            micro = int(params.get("batch.micro", RunConfig.model_validate(raw).batch.micro))
+            raw = apply_overrides(raw, {"batch": {"micro": micro, "accum": self.constraints.effective_batch // micro}})
+        return RunConfig.model_validate(apply_overrides(raw, self._steps_for(RunConfig.model_validate(raw))))
+
+    def reference_config(self) -> RunConfig:
+        return self.trial_config(self.constraints.reference)
+
+    def _steps_for(self, cfg: RunConfig) -> dict[str, Any]:
+        if self.budget.trial_steps is not None:
+            steps = self.budget.trial_steps
+        else:
+            base = self.base_config()
+            samples = self.budget.trial_samples or base.steps * base.batch.effective
+            steps = max(2, math.ceil(samples / cfg.batch.effective))
+        # Warm-up stays a small share of the trial so short trials still measure most steps.
+        return {"steps": steps, "warmup_steps": min(cfg.warmup_steps, max(1, steps // 5))}
+
+    @property
+    def uses_edo(self) -> bool:
+        return self.edo == "on" or (self.edo == "auto" and 0 < self.resources.gpus_per_trial < 1)
+
+
+def dotted_to_nested(params: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"batch.micro": 512}` -> `{"batch": {"micro": 512}}`."""
+    nested: dict[str, Any] = {}
+    for key, value in params.items():
+        target = nested
+        *parents, leaf = key.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[leaf] = value
+    return nested
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and the checks pydantic cannot express (they need RunConfig and each other).
+
+
+def load_sweep_spec(path: Path | str, overrides: Sequence[str] = ()) -> SweepSpec:
+    """Read a spec file, apply `--set`-style overrides (`budget.max_trials=4`), validate all of it."""
+    source = str(path)
+    raw = apply_overrides(_read_yaml_mapping(Path(path)), parse_overrides(overrides))
+    return validate_sweep_spec(raw, source=source)
+
+
+def validate_sweep_spec(raw: Mapping[str, Any], source: str | None = None) -> SweepSpec:
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(problems_from_validation(exc, SweepSpec, raw), source=source) from None
+    problems = check_spec(spec)
+    if problems:
+        raise ConfigError(problems, source=source)
+    return spec
+
+
+def check_spec(spec: SweepSpec) -> list[Problem]:
+    """Every cross-field problem: keys that are not RunConfig fields, values RunConfig refuses,
+    conditions on parameters that do not exist, batch splits that do not divide, grid on floats."""
+    problems = _base_problems(spec)
+    if problems:
+        return problems  # every other check builds on a valid base
+    names = list(spec.parameters)
+    for index, (name, param) in enumerate(spec.parameters.items()):
+        where = f"parameters.{name}"
+        unknown = _unknown_field(name)
+        if unknown:
+            problems.append(Problem(where, MISSING, unknown))
+            continue
+        problems += _range_problems(where, param)
+        problems += _value_problems(spec, where, name, param)
+        problems += _condition_problems(spec, where, param, names[:index])
+    problems += _batch_problems(spec)
+    if spec.budget.trial_steps is not None and spec.budget.trial_samples is not None:
+        problems.append(Problem("budget", MISSING, "set budget.trial_steps or budget.trial_samples, not both"))
+    if spec.search.algorithm == "grid":
+        for name, param in spec.parameters.items():
+            if isinstance(param, FloatParam) and param.step is None:
+                problems.append(
+                    Problem(f"parameters.{name}", MISSING, "grid search needs discrete values; give a step or a choice")
+                )
+    for key in spec.constraints.reference:
+        unknown = _unknown_field(key)
+        if unknown:
+            problems.append(Problem(f"constraints.reference.{key}", MISSING, unknown))
+    return problems
+
+
+def _base_problems(spec: SweepSpec) -> list[Problem]:
+    try:
+        RunConfig.model_validate(spec.base)
+    except ValidationError as exc:
+        return [
+            Problem(f"base.{p.path}", p.value, p.message) for p in problems_from_validation(exc, RunConfig, spec.base)
+        ]
+    return []
+
+
+def _unknown_field(dotted: str) -> str | None:
+    """None when `dotted` names a RunConfig field, else the message (with a 'did you mean')."""
+    model: Any = RunConfig
+    parts = dotted.split(".")
+    for depth, part in enumerate(parts):
+        fields = model.model_fields
+        if part not in fields:
+            prefix = ".".join(parts[:depth])
+            candidates = [f"{prefix}.{f}" if prefix else f for f in fields]
+            close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            return f"not a run config key; {hint}valid keys here: {', '.join(sorted(fields))}"
+        annotation = fields[part].annotation
+        is_section = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        if depth < len(parts) - 1:
+            if not is_section:
+                return f"{'.'.join(parts[: depth + 1])} has no sub-keys"
+            model = annotation
+        elif is_section:
+            return f"{dotted} is a section; name one of its keys, e.g. {dotted}.{next(iter(annotation.model_fields))}"
+    return None
+
+
+def _range_problems(where: str, param: Parameter) -> list[Problem]:
+    if isinstance(param, ChoiceParam):
+        return []
+    out = []
+    if param.low > param.high:
+        out.append(Problem(f"{where}.low", param.low, f"must be ≤ high ({param.high}); swap them"))
+    if param.log and param.low <= 0:
+        out.append(Problem(f"{where}.low", param.low, "a log scale needs low > 0"))
+    return out
+
+
+def _value_problems(spec: SweepSpec, where: str, name: str, param: Parameter) -> list[Problem]:
+    """Each candidate (each choice, or both ends of a range) must make a valid RunConfig."""
+    if isinstance(param, ChoiceParam):
+        candidates = list(enumerate(param.values))
+        label = "values[{}]"
+    else:
+        candidates = [(0, param.low), (1, param.high)]
+        label = "{}"
+    out = []
+    for index, value in candidates:
+        raw = apply_overrides(spec.base, dotted_to_nested({name: value}))
+        try:
+            RunConfig.model_validate(raw)
+        except ValidationError as exc:
+            own = [p for p in problems_from_validation(exc, RunConfig, raw) if p.path == name]
+            for problem in own:
+                field = label.format(index if isinstance(param, ChoiceParam) else ("low", "high")[index])
+                out.append(Problem(f"{where}.{field}", value, problem.message))
+    return out
+
+
+def _condition_problems(spec: SweepSpec, where: str, param: Parameter, earlier: list[str]) -> list[Problem]:
+    out = []
+    for key, allowed in (param.when or {}).items():
+        if key not in spec.parameters:
+            close = difflib.get_close_matches(key, list(spec.parameters), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            out.append(
+                Problem(f"{where}.when.{key}", MISSING, f"no parameter {key!r} in this spec; {hint}name one above it")
+            )
+        elif key not in earlier:
+            out.append(Problem(f"{where}.when.{key}", MISSING, f"{key} must be listed before the parameter it gates"))
+        else:
+            gate = spec.parameters[key]
+            if isinstance(gate, ChoiceParam):
+                stray = [v for v in allowed if v not in gate.values]
+                if stray:
+                    out.append(
+                        Problem(f"{where}.when.{key}", stray, f"{key} never takes these; its values: {gate.values}")
+                    )
+    return out
+
+
+def _batch_problems(spec: SweepSpec) -> list[Problem]:
+    effective = spec.constraints.effective_batch
+    if effective is None:
+        return []
+    out = []
+    if "batch.accum" in spec.parameters:
+        out.append(
+            Problem(
+                "parameters.batch.accum",
+                MISSING,
+                "with constraints.effective_batch set, accumulation is derived (effective / micro); drop it",
+            )
+        )
+    micro = spec.parameters.get("batch.micro")
+    candidates = micro.values if isinstance(micro, ChoiceParam) else [spec.base_config().batch.micro]
+    bad = [m for m in candidates if not isinstance(m, int) or m <= 0 or effective % m]
+    if bad:
+        out.append(
+            Problem(
+                "parameters.batch.micro" if micro is not None else "base.batch.micro",
+                bad,
+                f"must divide constraints.effective_batch={effective}; use divisors such as {_divisors(effective)}",
+            )
+        )
+    if micro is not None and not isinstance(micro, ChoiceParam):
+        out.append(
+            Problem(
+                "parameters.batch.micro", MISSING, "with effective_batch set, give batch.micro as a choice of divisors"
+            )
+        )
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in (2**k for k in range(4, 20)) if d <= n and n % d == 0][-4:]

@@ -1,0 +1,275 @@
+"""Run a sweep: spec -> preflight -> Ray -> reference run -> Tune (Optuna + ASHA) -> MLflow.
+
+`run_sweep` reads top to bottom. The driver is the only MLflow writer: trials report to Tune, and
+`SweepCallback` (in the driver) turns each report into the trial's child run, so a SQLite store is
+enough on one machine. Resuming (`resume=SWEEP_ID`) restores Tune's experiment folder: finished
+trials are not run again, and MLflow logging is idempotent per trial, so no run is duplicated.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elastune.errors import ConfigError, InputError, Problem
+from elastune.tracking.records import SweepRecord, TrialRecord, TrialStatus
+from elastune.tuning.progress import SweepCallback
+from elastune.tuning.spec import SweepSpec
+from elastune.units import human_bytes
+
+__all__ = ["SweepOptions", "check_ceiling", "connect_ray", "new_sweep_id", "run_sweep", "sweeps_home"]
+
+
+@dataclass
+class SweepOptions:
+    address: str | None = None  # Ray cluster; None: RAY_ADDRESS, else a local Ray on 127.0.0.1
+    tracking_uri: str | None = None  # MLflow; None: MLFLOW_TRACKING_URI, else ./mlflow.db
+    home: Path | None = None  # where Tune keeps sweep state (for --resume); default sweeps_home()
+    echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+    local_cpus: int | None = None  # CPUs of the local Ray started when there is no cluster
+    local_gpus: int | None = None
+
+
+def sweeps_home() -> Path:
+    return Path(os.environ.get("ELASTUNE_HOME", Path.home() / ".elastune")).expanduser() / "sweeps"
+
+
+def new_sweep_id(spec: SweepSpec) -> str:
+    return f"{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None = None) -> SweepRecord:
+    from ray import tune
+
+    from elastune.tracking.mlflow import SweepTracker, load_sweep, resolve_tracking_uri
+    from elastune.tuning.trial import TrialContext
+
+    # -- preflight: every input problem before anything is launched or written
+    uri = resolve_tracking_uri(options.tracking_uri)
+    home = (options.home or sweeps_home()).expanduser().resolve()
+    if resume is not None:
+        spec, record = _resume_state(resume, uri, home, spec)
+    else:
+        assert spec is not None, "a spec or a sweep id to resume"
+        check_ceiling(spec)
+        record = SweepRecord(
+            sweep_id=new_sweep_id(spec),
+            spec=spec.model_dump(mode="json"),
+            status="running",
+            memory_ceiling_bytes=spec.constraints.memory_ceiling,
+            quality_tolerance=spec.constraints.quality_tolerance,
+            started_at=time.time(),
+            job_id=os.environ.get("RAY_JOB_SUBMISSION_ID") or None,
+        )
+    connect_ray(options)
+    tracker = SweepTracker(uri)
+    record.mlflow_run_id = tracker.start_sweep(record)
+    echo = options.echo
+    echo(
+        f"sweep {record.sweep_id}: {spec.budget.max_trials} proposals, {spec.budget.max_concurrent} at a time, "
+        f"ceiling {human_bytes(spec.constraints.memory_ceiling) if spec.constraints.memory_ceiling else 'none'}"
+    )
+
+    # -- the reference: measured once per sweep, the bar for quality and the base of speed-ups
+    if not any(t.trial_id == "reference" for t in record.trials):
+        context = TrialContext(spec=record.spec, sweep_id=record.sweep_id)
+        reference = _run_reference(spec, record, _trainable(context), home, echo)
+        record.trials.append(reference)
+        tracker.log_trial(record, reference)
+        tracker.update_sweep(record)
+
+    # -- the search: Optuna proposes, the estimator screens, Ray Train runs, ASHA prunes
+    context = TrialContext(
+        spec=record.spec,
+        sweep_id=record.sweep_id,
+        reference_logloss=record.reference_logloss,
+        edo=spec.uses_edo,
+    )
+    trainable = _trainable(context)
+    callback = SweepCallback(record.sweep_id, uri, record.spec)
+    experiment = home / record.sweep_id
+    if resume is not None and tune.Tuner.can_restore(str(experiment)):
+        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=_tune_config(spec, record.sweep_id),
+            run_config=tune.RunConfig(name=record.sweep_id, storage_path=str(home), callbacks=[callback], verbose=0),
+        )
+    started = time.time()
+    tuner.fit()
+
+    # -- the record: read back from MLflow (the source of truth), finished, summarised
+    record = load_sweep(record.sweep_id, uri)
+    record.status, record.ended_at = "finished", time.time()
+    tracker.finish_sweep(record)
+    echo(f"sweep {record.sweep_id} finished in {time.time() - started:.0f} s")
+    return record
+
+
+def _trainable(context: Any) -> Any:
+    from ray import tune
+
+    from elastune.tuning.trial import run_trial
+
+    res = SweepSpec.model_validate(context.spec).resources
+    resources = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if res.gpus_per_trial else {})}
+    return tune.with_resources(tune.with_parameters(run_trial, context=context), resources)
+
+
+def _tune_config(spec: SweepSpec, sweep_id: str) -> Any:
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search import ConcurrencyLimiter
+
+    from elastune.tuning.search import ScreeningSearch
+
+    searcher = ScreeningSearch(spec, sweep_id, metric="samples_per_s", mode="max")
+    scheduler: Any = FIFOScheduler()
+    if spec.search.scheduler == "asha":
+        # Rungs are in percent of a trial's own steps, so trials with different effective
+        # batches are compared at the same share of their work.
+        scheduler = ASHAScheduler(
+            time_attr="progress_pct",
+            metric="samples_per_s",
+            mode="max",
+            max_t=100,
+            grace_period=max(1, int(spec.search.grace_fraction * 100)),
+            reduction_factor=spec.search.reduction_factor,
+        )
+    return tune.TuneConfig(
+        search_alg=ConcurrencyLimiter(searcher, max_concurrent=spec.budget.max_concurrent),
+        scheduler=scheduler,
+        num_samples=-1,  # the searcher ends the sweep: screened proposals count, Ray trials alone would not
+        time_budget_s=spec.budget.time_limit_s,
+        max_concurrent_trials=spec.budget.max_concurrent,
+    )
+
+
+def _run_reference(
+    spec: SweepSpec, record: SweepRecord, trainable: Any, home: Path, echo: Callable[[str], None]
+) -> TrialRecord:
+    """Train the reference config once, as a one-trial Tune run of the same trainable, so it is
+    measured on the same Ray Train path as every trial."""
+    from ray import tune
+
+    cfg = spec.reference_config()
+    echo(
+        f"reference: {cfg.embedding.strategy} · {cfg.precision} · batch {cfg.batch.micro}×{cfg.batch.accum} · "
+        f"{cfg.steps} steps"
+    )
+    tuner = tune.Tuner(
+        trainable,
+        param_space=dict(spec.constraints.reference),
+        tune_config=tune.TuneConfig(num_samples=1),
+        run_config=tune.RunConfig(name=f"{record.sweep_id}-reference", storage_path=str(home), verbose=0),
+    )
+    metrics = dict(tuner.fit()[0].metrics or {})
+    trial = trial_record_from_metrics("reference", -1, dict(spec.constraints.reference), cfg.to_dict(), metrics)
+    if trial.status in {"ok", "infeasible"}:
+        record.reference_logloss = trial.val_logloss
+        record.reference_samples_per_s = trial.samples_per_s
+        echo(f"reference: {trial.samples_per_s or 0:,.0f} samples/s, eval log loss {trial.val_logloss:.4f}")
+    else:
+        echo(f"reference did not finish ({trial.status}: {trial.error}); the quality check is off for this sweep")
+    return trial
+
+
+def trial_record_from_metrics(
+    trial_id: str, number: int, params: dict[str, Any], config: dict[str, Any], metrics: dict[str, Any]
+) -> TrialRecord:
+    """A finished (or stopped) trial's record from its last report."""
+    from elastune.tuning.trial import FINAL_KEY
+
+    final = bool(metrics.get(FINAL_KEY))
+    status: TrialStatus = metrics.get("status", "ok") if final else ("pruned" if metrics else "failed")
+    return TrialRecord(
+        trial_id=trial_id,
+        number=number,
+        status=status,
+        params=params,
+        config=config,
+        estimated_peak_bytes=metrics.get("estimated_peak_bytes"),
+        samples_per_s=metrics.get("samples_per_s"),
+        peak_memory_bytes=metrics.get("peak_memory_bytes"),
+        peak_memory_kind=metrics.get("peak_memory_kind"),
+        val_logloss=metrics.get("val_logloss"),
+        val_auc=metrics.get("val_auc"),
+        oom_retries=int(metrics.get("oom_retries") or 0),
+        steps=metrics.get("step"),
+        quality_ok=metrics.get("quality_ok"),
+        error=metrics.get("error") or (None if metrics else "the trial reported nothing"),
+        node=metrics.get("node"),
+    )
+
+
+def check_ceiling(spec: SweepSpec) -> None:
+    """Refuse a ceiling below the cheapest config the space can propose (nothing could run)."""
+    ceiling = spec.constraints.memory_ceiling
+    if ceiling is None:
+        return
+    from elastune.tuning.cheapest import cheapest_estimate
+
+    smallest, params = cheapest_estimate(spec)
+    if smallest > ceiling:
+        raise ConfigError(
+            [
+                Problem(
+                    "constraints.memory_ceiling",
+                    human_bytes(ceiling),
+                    f"is below the smallest config this space can propose ({human_bytes(smallest)} predicted for "
+                    f"{params or 'the base config'}); raise the ceiling to at least {human_bytes(smallest)} "
+                    "or add cheaper choices",
+                )
+            ]
+        )
+
+
+def connect_ray(options: SweepOptions) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = options.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as exc:
+            raise InputError(
+                f"--address={address!r}: no Ray cluster answers there ({exc}); start one with "
+                "`ray start --head` or leave --address out for a local Ray"
+            ) from None
+        return
+    # The embedded default: a local Ray on loopback only.
+    ray.init(
+        num_cpus=options.local_cpus,
+        num_gpus=options.local_gpus,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+
+
+def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -> tuple[SweepSpec, SweepRecord]:
+    from elastune.tracking.mlflow import load_sweep
+
+    record = load_sweep(sweep_id, uri)
+    stored = SweepSpec.model_validate(record.spec)
+    if spec is not None and spec.model_dump(mode="json") != record.spec:
+        raise InputError(
+            f"--resume {sweep_id}: the spec given differs from the one this sweep started with; "
+            "resume without a spec file (the stored spec is used) or start a new sweep"
+        )
+    if not (home / sweep_id).is_dir():
+        raise InputError(
+            f"--resume {sweep_id}: no sweep state at {home / sweep_id}; resume on the machine that ran the "
+            "driver, or set ELASTUNE_HOME to the folder that holds it"
+        )
+    record.status = "running"
+    return stored, record
