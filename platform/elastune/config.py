@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from elastune.errors import MISSING, ConfigError, Problem
 
@@ -130,7 +130,9 @@ class EmbeddingConfig(_Section):
         None, gt=0, le=1, description="cached: rows held on the device, as a share of all rows (default 0.1)."
     )
     backend: Literal["torch", "fbgemm"] = Field(
-        "torch", description="torch | fbgemm (fbgemm-gpu-cpu fused kernels, where installed)."
+        "torch",
+        description="torch | fbgemm (FBGEMM's fused table-batched kernels, optimizer applied in backward; "
+        "pip install 'elastune[fbgemm]'; strategies full and half (fp16), optimizers sgd, adagrad, rowwise_adagrad).",
     )
 
     @field_validator("strategy")
@@ -140,6 +142,32 @@ class EmbeddingConfig(_Section):
 
         if value not in strategies():
             raise ValueError(f"strategy {value!r} is not available in this build; available: {', '.join(strategies())}")
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _backend_can_run(cls, value: str, info: ValidationInfo) -> str:
+        # backend is the last field, so strategy and dtype are in info.data (unless they were invalid)
+        if value != "fbgemm":
+            return value
+        from elastune.embeddings import strategies  # lazy: the registry imports this module
+        from elastune.embeddings.fbgemm import fbgemm_import_error
+
+        error = fbgemm_import_error()
+        if error is not None:
+            raise ValueError(f"fbgemm_gpu {error}; pip install 'elastune[fbgemm]' or use embedding.backend=torch")
+        strategy, dtype = info.data.get("strategy"), info.data.get("dtype")
+        runs = strategies("fbgemm")
+        if strategy is not None and strategy not in runs:
+            raise ValueError(
+                f"no fbgemm kernels for embedding.strategy={strategy!r} (the fbgemm backend runs "
+                f"{', '.join(runs)}); pick one of those or use embedding.backend=torch"
+            )
+        if strategy == "half" and dtype == "bf16":
+            raise ValueError(
+                "fbgemm's CPU kernels store half rows in fp16 only, not embedding.dtype='bf16'; "
+                "set embedding.dtype=fp16 or use embedding.backend=torch"
+            )
         return value
 
     @field_validator("groups")
@@ -236,6 +264,25 @@ class RunConfig(_Section):
                 f"sparse optimizer, not optimizer.sparse={self.optimizer.sparse}; set optimizer.sparse to "
                 "sgd, adagrad or rowwise_adagrad"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _embedding_fits_the_run(self) -> RunConfig:
+        from elastune.embeddings.fbgemm import run_problems  # lazy: the registry imports this module
+        from elastune.workloads.data import table_sizes
+
+        problems = []
+        rows, total = self.embedding.cache_rows, sum(table_sizes(self.data.rows_scale))
+        if rows is not None and rows > total:
+            problems.append(
+                f"embedding.cache_rows={rows} is more than the {total} rows of all tables at "
+                f"data.rows_scale={self.data.rows_scale}; set it to at most {total}, or use "
+                "embedding.cache_ratio (a share of the rows)"
+            )
+        if self.embedding.backend == "fbgemm":
+            problems += run_problems(self)
+        if problems:  # one validator, so all are reported together (one line, one Problem each)
+            raise ValueError("\n".join(problems))
         return self
 
     @model_validator(mode="after")
@@ -341,8 +388,8 @@ def problems_from_validation(exc: ValidationError, model: type[BaseModel], raw: 
             value = MISSING  # a whole-section rule; its message names the fields involved
         if err["type"] == "extra_forbidden":
             problems.append(Problem(path, MISSING, _unknown_key_message(model, loc)))
-        else:
-            problems.append(Problem(path, value, _friendly(err)))
+        else:  # a rule may report several problems, one per line
+            problems += [Problem(path, value, line) for line in _friendly(err).split("\n")]
     return problems
 
 

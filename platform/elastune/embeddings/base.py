@@ -23,7 +23,7 @@ from torch import nn
 
 from elastune.config import EmbeddingConfig
 
-__all__ = ["EmbeddingStrategy", "StrategySpec", "build_embedding", "get_strategy", "register", "strategies"]
+__all__ = ["EmbeddingStrategy", "StrategySpec", "build_embedding", "get_strategy", "register", "spec_for", "strategies"]
 
 
 @runtime_checkable
@@ -49,28 +49,35 @@ class StrategySpec:
     # the contract suite checks it against the built module.
     state_bytes: Callable[[Sequence[int], int, EmbeddingConfig, str], int]
     self_updating: bool = False  # True: implements sparse_optim.SelfUpdating
+    backend: str = "torch"  # embedding.backend whose kernels it runs on (fbgemm: embeddings/fbgemm.py)
 
 
-_REGISTRY: dict[str, StrategySpec] = {}
+_REGISTRY: dict[tuple[str, str], StrategySpec] = {}
 
 
 def register(spec: StrategySpec) -> StrategySpec:
-    _REGISTRY[spec.name] = spec
+    _REGISTRY[(spec.backend, spec.name)] = spec
     return spec
 
 
-def strategies() -> list[str]:
-    return sorted(_REGISTRY)
+def strategies(backend: str = "torch") -> list[str]:
+    return sorted(name for b, name in _REGISTRY if b == backend)
 
 
-def get_strategy(name: str) -> StrategySpec:
+def get_strategy(name: str, backend: str = "torch") -> StrategySpec:
     try:
-        return _REGISTRY[name]
+        return _REGISTRY[(backend, name)]
     except KeyError:
-        raise KeyError(f"unknown embedding strategy {name!r}; known: {', '.join(strategies())}") from None
+        known = ", ".join(strategies(backend))
+        raise KeyError(f"unknown embedding strategy {name!r} for backend {backend!r}; known: {known}") from None
+
+
+def spec_for(cfg: EmbeddingConfig) -> StrategySpec:
+    """The spec that builds and prices `cfg`: its strategy on its backend."""
+    return get_strategy(cfg.strategy, cfg.backend)
 
 
 def build_embedding(
     table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig, sparse_optimizer: str = "adam"
 ) -> nn.Module:
-    return get_strategy(cfg.strategy).build(table_sizes, dim, cfg, sparse_optimizer)
+    return spec_for(cfg).build(table_sizes, dim, cfg, sparse_optimizer)

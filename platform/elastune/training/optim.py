@@ -4,7 +4,9 @@ Embedding tables are most of the parameters but each step touches few of their r
 their own optimizer (`optimizer.sparse`): dense torch Adam (the baseline: its state and its step
 cost scale with the whole table) or one of elastune's row-wise optimizers (embeddings/
 sparse_optim.py), whose step cost scales with the rows touched. Strategies that store rows in
-their own format (half, int8, cached) apply the row-wise update themselves (`SelfUpdating`).
+their own format (half, int8, cached) apply the row-wise update themselves (`SelfUpdating`), and
+the fbgemm backend's kernels apply it inside backward (`UpdatesInBackward`): no optimizer here
+steps those tables.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from torch import nn
 
 from elastune.config import OptimizerConfig
+from elastune.embeddings.fbgemm import UpdatesInBackward
 from elastune.embeddings.sparse_optim import RowUpdate, SelfUpdating, SparseRowOptimizer
 
 __all__ = ["Optimizers"]
@@ -27,8 +30,15 @@ class Optimizers:
         emb = model.embeddings
         sparse = list(emb.sparse_parameters())  # type: ignore[union-attr,operator]
         sparse_ids = {id(p) for p in sparse}
+        if isinstance(emb, UpdatesInBackward):
+            # The kernel updates these tables in backward with the run's row optimizer and rate.
+            emb.set_row_update(RowUpdate(cfg.sparse, cfg.lr))
+            sparse_ids |= {id(p) for p in emb.fused_parameters()}
         dense = [p for p in model.parameters() if id(p) not in sparse_ids and p.requires_grad]
-        self.dense = _DENSE[cfg.dense](dense, lr=cfg.lr, fused=True)
+        # torch's fused Adagrad runs on CPU only (fused Adam and SGD run on CUDA too): elsewhere
+        # Adagrad takes torch's default (foreach) implementation.
+        fused = cfg.dense != "adagrad" or all(p.device.type == "cpu" for p in dense)
+        self.dense = _DENSE[cfg.dense](dense, lr=cfg.lr, fused=fused or None)
         self.all: list[torch.optim.Optimizer] = [self.dense]
         self.sparse: torch.optim.Optimizer | None = None
         if sparse:
