@@ -9,6 +9,11 @@ the figure compared with the prediction is the highest of the repeats; the sprea
     python bench/estimator.py                 # all configs, Markdown table to stdout
     python bench/estimator.py --only 0,3      # a subset, by index
     python bench/estimator.py --json out.json # also keep the raw figures
+    python bench/estimator.py --device cuda --jobs 8   # on a GPU, 8 runs at a time
+
+On CUDA the measured figure is the caching allocator's reserved peak (`cuda_reserved`); the
+allocated peak (live tensors) is reported beside it. Each process has its own allocator, so runs
+may share a GPU (`--jobs`): the memory figures do not depend on it, only wall time does.
 
 Record results in bench/RESULTS.md (command, machine, date, table, median/max error).
 """
@@ -16,6 +21,7 @@ Record results in bench/RESULTS.md (command, machine, date, table, median/max er
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -24,6 +30,7 @@ import subprocess
 import sys
 import time
 from datetime import date
+from typing import Any
 
 # (label, overrides). Spans micro 256-16384, dim 8-64, rows_scale, optimizers and precisions.
 CONFIGS: list[tuple[str, list[str]]] = [
@@ -50,9 +57,9 @@ CONFIGS: list[tuple[str, list[str]]] = [
 RUN = ["steps=50", "warmup_steps=5", "eval.samples=8192"]
 
 
-def measure(overrides: list[str]) -> dict[str, float]:
+def measure(overrides: list[str], device: str | None = None) -> dict[str, Any]:
     args = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
-    for o in RUN + overrides:
+    for o in _run(device) + overrides:
         args += ["--set", o]
     started = time.perf_counter()
     done = subprocess.run(args, capture_output=True, text=True, check=False)
@@ -63,11 +70,16 @@ def measure(overrides: list[str]) -> dict[str, float]:
     return result
 
 
-def estimate_seconds(overrides: list[str]) -> float:
+def _run(device: str | None) -> list[str]:
+    return RUN + ([f"device={device}"] if device else [])
+
+
+def estimate_figures(overrides: list[str], device: str | None = None) -> dict[str, Any]:
     from elastune.config import load_run_config
     from elastune.memory.estimate import estimate
 
-    return estimate(load_run_config(None, RUN + overrides)).seconds
+    est = estimate(load_run_config(None, _run(device) + overrides))
+    return {"estimate_s": est.seconds, "traced_peak": est.traced_peak_bytes, "breakdown": est.breakdown}
 
 
 def main() -> None:
@@ -75,52 +87,67 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated config indices")
     parser.add_argument("--json", help="write raw figures here")
     parser.add_argument("--repeat", type=int, default=3, help="fresh runs per config (the highest peak counts)")
+    parser.add_argument("--device", help="run on this device (cpu, cuda, cuda:N); default: the config's `auto`")
+    parser.add_argument("--jobs", type=int, default=1, help="fresh runs at a time (memory figures are per process)")
     args = parser.parse_args()
     picked = [int(i) for i in args.only.split(",")] if args.only else range(len(CONFIGS))
 
-    rows = []
-    for i in picked:
-        label, overrides = CONFIGS[i]
-        runs = [measure(overrides) for _ in range(args.repeat)]
-        peaks = [run["peak_memory_bytes"] for run in runs]
-        r = runs[0]
-        measured, predicted = max(peaks), r["estimated_peak_bytes"]
-        error = (predicted - measured) / measured
-        rows.append(
-            {
-                "index": i,
-                "label": label,
-                "overrides": overrides,
-                "measured": measured,
-                "predicted": predicted,
-                "error": error,
-                "estimate_s": estimate_seconds(overrides),
-                "kind": r["peak_memory_kind"],
-                "spread": (min(peaks), max(peaks)),
-            }
-        )
-        print(
-            f"[{i:2}] {label:28} measured {measured / 2**20:8.1f} MiB (min {min(peaks) / 2**20:.1f})  predicted "
-            f"{predicted / 2**20:8.1f} MiB  error {error:+6.1%}",
-            file=sys.stderr,
-            flush=True,
-        )
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {i: [pool.submit(measure, CONFIGS[i][1], args.device) for _ in range(args.repeat)] for i in picked}
+        rows: list[dict[str, Any]] = []
+        for i in picked:
+            label, overrides = CONFIGS[i]
+            runs = [f.result() for f in futures[i]]
+            peaks = [run["peak_memory_bytes"] for run in runs]
+            allocated: list[int] = [run["peak_allocated_bytes"] for run in runs if run.get("peak_allocated_bytes")]
+            r = runs[0]
+            measured, predicted = max(peaks), r["estimated_peak_bytes"]
+            error = (predicted - measured) / measured
+            rows.append(
+                {
+                    "index": i,
+                    "label": label,
+                    "overrides": overrides,
+                    "measured": measured,
+                    "allocated": max(allocated) if len(allocated) == len(runs) else None,  # CUDA only
+                    "predicted": predicted,
+                    "error": error,
+                    **estimate_figures(overrides, args.device),
+                    "kind": r["peak_memory_kind"],
+                    "spread": (min(peaks), max(peaks)),
+                    "peaks": peaks,
+                    "allocated_peaks": allocated,
+                    "samples_per_s": [run["samples_per_s"] for run in runs],
+                }
+            )
+            print(
+                f"[{i:2}] {label:28} measured {measured / 2**20:8.1f} MiB (min {min(peaks) / 2**20:.1f})  predicted "
+                f"{predicted / 2**20:8.1f} MiB  error {error:+6.1%}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     errors = [abs(r["error"]) for r in rows]
     within = sum(e <= 0.10 for e in errors)
     print(f"## Estimator: predicted vs measured peak ({rows[0]['kind']})\n")
-    print(f"- command: `python bench/estimator.py --repeat {args.repeat}`; run settings {' '.join(RUN)}")
+    flags = (f" --device {args.device}" if args.device else "") + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
+    print(f"- command: `python bench/estimator.py{flags} --repeat {args.repeat}`; run settings {' '.join(RUN)}")
     print(
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, "
-        f"torch {_torch_version()}; date {date.today()}\n"
+        f"torch {_torch_version()}{_gpu_name(args.device)}; date {date.today()}\n"
     )
-    print(f"| # | config | measured MiB (max of {args.repeat}) | spread MiB | predicted MiB | error | estimate s |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    cuda = rows[0]["allocated"] is not None
+    extra = f" allocated MiB (max of {args.repeat}) |" if cuda else ""
+    print(
+        f"| # | config | measured MiB (max of {args.repeat}) | spread MiB |{extra} predicted MiB | error | estimate s |"
+    )
+    print("|---|---|---:|---:|" + ("---:|" if cuda else "") + "---:|---:|---:|")
     for r in rows:
         low, high = r["spread"]
+        alloc_cell = f" {r['allocated'] / 2**20:.1f} |" if cuda else ""
         print(
             f"| {r['index']} | {r['label']} | {r['measured'] / 2**20:.1f} | {low / 2**20:.0f}–{high / 2**20:.0f} "
-            f"| {r['predicted'] / 2**20:.1f} | {r['error']:+.1%} | {r['estimate_s']:.2f} |"
+            f"|{alloc_cell} {r['predicted'] / 2**20:.1f} | {r['error']:+.1%} | {r['estimate_s']:.2f} |"
         )
     print(
         f"\nWithin ±10%: {within}/{len(rows)} ({within / len(rows):.0%}); median |error| "
@@ -135,6 +162,15 @@ def _torch_version() -> str:
     import torch
 
     return torch.__version__
+
+
+def _gpu_name(device: str | None) -> str:
+    import torch
+
+    if not (device or "").startswith("cuda") or not torch.cuda.is_available():
+        return ""
+    index = torch.device(device or "cuda").index or 0
+    return f", {torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda})"
 
 
 if __name__ == "__main__":
