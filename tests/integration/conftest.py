@@ -44,7 +44,13 @@ def ray_local() -> Iterator[Any]:
     """A real local Ray (2 CPUs, bound to 127.0.0.1, no dashboard) for one test module, shut down after it."""
     import ray
 
-    context = ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
+    context = ray.init(
+        address="local",  # a new Ray, never one a `ray start` elsewhere on the machine left running
+        num_cpus=2,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+    )
     try:
         yield context
     finally:

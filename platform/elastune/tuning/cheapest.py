@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from elastune.tuning.spec import ChoiceParam, SweepSpec
+from elastune.tuning.spec import ChoiceParam, IntParam, SweepSpec
 
-__all__ = ["candidate_points", "cheapest_estimate"]
+__all__ = ["candidate_points", "cheapest_estimate", "grid_points"]
 
 MAX_COMBINATIONS = 48
 
@@ -29,6 +29,25 @@ def candidate_points(spec: SweepSpec) -> list[dict[str, Any]]:
         else:
             values = [param.low, param.high]
         options.append((name, values))
+    return _combine(spec, options, MAX_COMBINATIONS)
+
+
+def grid_points(spec: SweepSpec, limit: int = 100_000) -> list[dict[str, Any]]:
+    """Every distinct proposal of a discrete space (what grid search enumerates), conditions applied."""
+    options: list[tuple[str, list[Any]]] = []
+    for name, param in spec.parameters.items():
+        if isinstance(param, ChoiceParam):
+            options.append((name, list(param.values)))
+        elif isinstance(param, IntParam):
+            options.append((name, list(range(param.low, param.high + 1, param.step))))
+        else:
+            assert param.step is not None, "grid specs give floats a step (check_spec enforces it)"
+            count = round((param.high - param.low) / param.step) + 1
+            options.append((name, [param.low + i * param.step for i in range(count)]))
+    return _combine(spec, options, limit)
+
+
+def _combine(spec: SweepSpec, options: list[tuple[str, list[Any]]], limit: int) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = []
     seen: set[str] = set()
     for combo in itertools.product(*(values for _, values in options)):
@@ -41,7 +60,7 @@ def candidate_points(spec: SweepSpec) -> list[dict[str, Any]]:
         if key not in seen:
             seen.add(key)
             points.append(drawn)
-        if len(points) >= MAX_COMBINATIONS:
+        if len(points) >= limit:
             break
     return points
 

@@ -51,11 +51,19 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
     if spec.search.algorithm == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.search.algorithm == "grid":
-        # BruteForceSampler enumerates define-by-run spaces, conditional parameters included.
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        return _GridSampler(seed=seed)
     # Few startup trials: sweeps are short, and TPE's constrained model is what learns the ceiling.
     n_startup = max(3, min(10, spec.budget.max_trials // 4))
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
+
+
+class _GridSampler(optuna.samplers.BruteForceSampler):
+    """BruteForceSampler enumerates define-by-run spaces, conditional parameters included. Its
+    `after_trial` stops the study when the grid is exhausted, which raises outside `optimize()`
+    (Tune drives Optuna by ask/tell); the searcher stops at the grid's size instead."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        return None
 
 
 @dataclass
@@ -112,16 +120,16 @@ class ScreeningSearch(OptunaSearch):
         self._spec_dict = spec.model_dump(mode="json")
         self._sweep_id = sweep_id
         self._max_trials = spec.budget.max_trials
+        if spec.search.algorithm == "grid":
+            from elastune.tuning.cheapest import grid_points
+
+            self._max_trials = min(self._max_trials, len(grid_points(spec)))
         self.proposed = 0
 
     def suggest(self, trial_id: str) -> dict[Any, Any] | None:  # or Searcher.FINISHED (a str)
         spec = SweepSpec.model_validate(self._spec_dict)
         while self.proposed < self._max_trials:
-            try:
-                params = super().suggest(trial_id)
-            except RuntimeError as exc:  # BruteForceSampler: the grid is exhausted
-                log.info("search space exhausted: %s", exc)
-                return Searcher.FINISHED  # type: ignore[return-value]
+            params = super().suggest(trial_id)
             number = self.proposed
             self.proposed += 1
             flat = _flatten(params or {})
@@ -139,8 +147,9 @@ class ScreeningSearch(OptunaSearch):
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         ot_trial = self._ot_trials.get(trial_id)
-        if ot_trial is not None and result and CONSTRAINTS_ATTR in result:
-            set_constraints(ot_trial, result[CONSTRAINTS_ATTR])
+        constraints = _constraints_in(result or {})
+        if ot_trial is not None and constraints:
+            set_constraints(ot_trial, constraints)
             metric = str(self._metric)
             if result.get(metric) is None:  # an OOM trial has no throughput: the worst value
                 result = {**result, metric: _worst(str(self._mode))}
@@ -164,6 +173,15 @@ def screen(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[bool, int | None
     if predicted > ceiling:
         return False, predicted, f"predicted peak {predicted} B is over the memory ceiling {ceiling} B"
     return True, predicted, ""
+
+
+def _constraints_in(result: Mapping[str, Any]) -> dict[str, float]:
+    """The final report's constraint values; Tune hands searchers results flattened on '/'."""
+    nested = result.get(CONSTRAINTS_ATTR)
+    if isinstance(nested, Mapping):
+        return {str(k): float(v) for k, v in nested.items()}
+    prefix = CONSTRAINTS_ATTR + "/"
+    return {k[len(prefix) :]: float(v) for k, v in result.items() if k.startswith(prefix)}
 
 
 def _worst(mode: str) -> float:

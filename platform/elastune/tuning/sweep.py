@@ -246,8 +246,10 @@ def connect_ray(options: SweepOptions) -> None:
                 "`ray start --head` or leave --address out for a local Ray"
             ) from None
         return
-    # The embedded default: a local Ray on loopback only.
+    # The embedded default: a new local Ray on loopback only ("local": never attach to a cluster
+    # someone else started on this machine with `ray start`).
     ray.init(
+        address="local",
         num_cpus=options.local_cpus,
         num_gpus=options.local_gpus,
         _node_ip_address="127.0.0.1",

@@ -1,0 +1,162 @@
+"""A sweep for real: a local Ray on 127.0.0.1, a real SQLite MLflow store, the real engine.
+
+The tiny spec's grid is full vs hashed x two splits of a 128 batch, with a ceiling between the
+estimator's prices of the two strategies, so the full proposals must be screened out (never
+launched) and the hashed ones must run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elastune.memory.estimate import estimate
+from elastune.tracking.mlflow import artifact_path, load_sweep
+from elastune.tracking.records import SweepRecord
+from elastune.tuning.spec import SweepSpec, validate_sweep_spec
+from elastune.tuning.sweep import SweepOptions, run_sweep
+
+from tests.integration.sweep_specs import tiny_spec
+
+pytestmark = pytest.mark.integration
+
+
+def ceiling_between_strategies(raw: dict[str, Any]) -> int:
+    spec = validate_sweep_spec(raw)
+    price = {
+        (s, m): estimate(spec.trial_config({"embedding.strategy": s, "batch.micro": m})).peak_bytes
+        for s in ("full", "hashed")
+        for m in (64, 128)
+    }
+    cheapest_full = min(v for (s, _), v in price.items() if s == "full")
+    dearest_hashed = max(v for (s, _), v in price.items() if s == "hashed")
+    assert dearest_hashed < cheapest_full, price
+    return (dearest_hashed + cheapest_full) // 2
+
+
+@pytest.fixture(scope="module")
+def swept(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SweepRecord, str, Path]]:
+    root = tmp_path_factory.mktemp("sweep")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    raw = tiny_spec()
+    raw["constraints"]["memory_ceiling"] = ceiling_between_strategies(raw)
+    record = run_sweep(SweepSpec.model_validate(raw), SweepOptions(tracking_uri=uri, home=root / "home"))
+    yield record, uri, root
+
+
+def test_over_ceiling_proposals_are_screened_and_the_rest_run(swept: tuple[SweepRecord, str, Path]) -> None:
+    record, _, _ = swept
+    by_strategy: dict[str, list[str]] = {}
+    for trial in record.trials:
+        if trial.trial_id != "reference":
+            by_strategy.setdefault(trial.params["embedding.strategy"], []).append(trial.status)
+    assert sorted(by_strategy["full"]) == ["infeasible", "infeasible"]
+    assert all(
+        t.trial_id.startswith("screened-") for t in record.trials if t.params.get("embedding.strategy") == "full"
+    )
+    assert sorted(by_strategy["hashed"]) == ["ok", "ok"]
+    assert record.status == "finished"
+
+
+def test_no_trial_over_the_ceiling_counts_as_feasible(swept: tuple[SweepRecord, str, Path]) -> None:
+    record, _, _ = swept
+    ceiling = record.memory_ceiling_bytes
+    assert ceiling is not None
+    for trial in record.trials:
+        if trial.peak_memory_bytes is not None and trial.peak_memory_bytes > ceiling:
+            assert not trial.feasible and trial.status == "infeasible"
+    best = record.best()
+    assert best is not None and best.peak_memory_bytes is not None and best.peak_memory_bytes <= ceiling
+
+
+def test_optuna_learns_violations_as_constraints_never_as_fail(swept: tuple[SweepRecord, str, Path]) -> None:
+    import optuna
+
+    record, _, root = swept
+    states = sorted((root / "home" / record.sweep_id).glob("searcher-state-*.pkl"))
+    assert states, "Tune saved no searcher state"
+    with open(states[-1], "rb") as fh:
+        saved = pickle.load(fh)
+    study = _find_study(saved)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 4
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [t.state for t in trials]
+    for t in trials:
+        over = t.constraints["memory"] > 0
+        assert over == (t.params["embedding.strategy"] == "full"), (t.params, t.constraints)
+
+
+def test_mlflow_holds_one_child_run_per_trial(swept: tuple[SweepRecord, str, Path]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    record, uri, _ = swept
+    client = MlflowClient(uri)
+    runs = client.search_runs(
+        [client.get_experiment_by_name("elastune").experiment_id],
+        filter_string=f"tags.`elastune.sweep_id` = '{record.sweep_id}' and tags.`elastune.kind` = 'trial'",
+    )
+    ids = [r.data.tags["elastune.trial_id"] for r in runs]
+    assert sorted(ids) == sorted(t.trial_id for t in record.trials)
+    assert len(ids) == len(set(ids)) == 5  # 4 proposals + the reference
+    parent = record.mlflow_run_id
+    assert all(r.data.tags["mlflow.parentRunId"] == parent for r in runs)
+    statuses = {r.data.tags["elastune.trial_id"]: r.data.tags["elastune.status"] for r in runs}
+    assert sorted(statuses.values()).count("infeasible") >= 2
+
+
+def test_results_command_reads_the_sweep_back(swept: tuple[SweepRecord, str, Path]) -> None:
+    record, uri, root = swept
+    proc = _elastune(["results", record.sweep_id, "--format", "json", "--tracking-uri", uri], cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    best = record.best()
+    assert best is not None and shown["best"]["trial_id"] == best.trial_id
+    assert shown["counts"] == record.counts()
+    table = _elastune(["results", record.sweep_id, "--tracking-uri", uri], cwd=root)
+    assert table.returncode == 0 and record.sweep_id in table.stdout and "samples/s" in table.stdout
+
+
+def test_best_config_file_trains_unchanged(swept: tuple[SweepRecord, str, Path]) -> None:
+    record, uri, root = swept
+    best = load_sweep(record.sweep_id, uri).best()
+    assert best is not None
+    path = artifact_path(record.sweep_id, "best_config.yaml", uri)
+    proc = _elastune(["train", str(path), "--format", "json"], cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["config"] == best.config
+    via_flag = _elastune(
+        ["train", "--from-sweep", record.sweep_id, "--tracking-uri", uri, "--format", "json"], cwd=root
+    )
+    assert via_flag.returncode == 0, via_flag.stderr
+    assert json.loads(via_flag.stdout)["config"] == best.config
+
+
+def _find_study(saved: Any) -> Any:
+    """Tune saves the ConcurrencyLimiter around our searcher; dig the Optuna study out."""
+    import optuna
+
+    stack = [saved]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, optuna.Study):
+            return item
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif hasattr(item, "__dict__"):
+            stack.extend(vars(item).values())
+    raise AssertionError("no optuna study in the searcher state")
+
+
+def _elastune(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ELASTUNE_HOME": str(cwd / "home")}
+    return subprocess.run(
+        [sys.executable, "-m", "elastune.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
