@@ -148,7 +148,7 @@ class ScreeningSearch(OptunaSearch):
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         ot_trial = self._ot_trials.get(trial_id)
         constraints = _constraints_in(result or {})
-        if ot_trial is not None and constraints:
+        if ot_trial is not None and result is not None and constraints:
             set_constraints(ot_trial, constraints)
             metric = str(self._metric)
             if result.get(metric) is None:  # an OOM trial has no throughput: the worst value
