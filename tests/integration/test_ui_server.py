@@ -1,0 +1,75 @@
+"""`elastune ui` as a user starts it: a real process, a real port on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "integration-token-0123456789abcdef"
+
+
+def _elastune(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "elastune.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_a_public_bind_without_token_refuses_to_start(free_port: Callable[[], int]) -> None:
+    env = {"ELASTUNE_UI_TOKEN": ""}
+    process = _elastune("ui", "--host", "0.0.0.0", "--port", str(free_port()), env=env)
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 2, output
+    assert "--token" in output
+
+
+@pytest.fixture
+def served(free_port: Callable[[], int], wait_until: Callable[..., None], tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    process = _elastune("ui", "--port", str(port), "--tracking-uri", store, env={"ELASTUNE_UI_TOKEN": TOKEN})
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        assert process.poll() is None, process.stdout.read() if process.stdout else "exited"
+        try:
+            return httpx.get(f"{base}/jobs", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(answers, 60, "elastune ui to answer")
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_the_served_ui_needs_its_token_and_checks_the_host(served: str) -> None:
+    assert httpx.get(f"{served}/api/health").status_code == 401
+    assert httpx.get(f"{served}/openapi.json").status_code == 401
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    health = httpx.get(f"{served}/api/health", headers=auth)
+    assert health.status_code == 200 and health.json()["token_required"] is True
+    rebound = httpx.get(f"{served}/api/health", headers={**auth, "Host": "attacker.example"})
+    assert rebound.status_code == 400
+    schema = httpx.get(f"{served}/openapi.json", headers=auth).json()
+    assert "/api/jobs" in schema["paths"] and "/api/sweeps/{sweep_id}" in schema["paths"]
