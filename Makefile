@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,fbgemm]'
 	touch $@
 
+# The main job on embedded defaults: the quick sweep on a local Ray, recorded in ./mlflow.db.
 demo: install
-	$(VENV)/bin/elastune train
+	$(VENV)/bin/elastune sweep search_spaces/dlrm_quick.yaml
 
 test: install lint
 	$(PY) -m pytest
