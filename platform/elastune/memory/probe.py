@@ -10,10 +10,18 @@ What each probe measures (ARCHITECTURE.md, "Memory"):
 - CPU: the process's resident-memory high-water mark (VmHWM) above the resident set at `reset()`.
   Linux lets a process reset its own high-water mark (`/proc/self/clear_refs`, value 5), so the
   peak is of the measured window only, never of what ran before.
+- Virtual (EDO on a machine without a GPU): a device of configured capacity whose use is this
+  process's CPU figures above. See `VirtualProbe`.
+
+EDO (memory/client.py) also needs per-step peaks and a limit: `ElasticProbe.window_peak` measures
+since the last step boundary while `peak()` keeps covering the whole run, and `set_limit` holds the
+process to its grant (on CUDA through the allocator's per-process memory fraction).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +29,7 @@ from typing import Protocol
 
 import torch
 
-__all__ = ["CpuProbe", "CudaProbe", "DeviceProbe", "MemoryPeak", "probe_for"]
+__all__ = ["CpuProbe", "CudaProbe", "DeviceProbe", "ElasticProbe", "MemoryPeak", "VirtualProbe", "probe_for"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,27 @@ class DeviceProbe(Protocol):
         """The device's capacity."""
 
 
+class ElasticProbe(DeviceProbe, Protocol):
+    """A probe EDO can hold to a grant (memory/client.py)."""
+
+    # True where the device itself refuses allocations past the limit (CUDA's allocator raises an
+    # OutOfMemoryError); False where the client must compare each step's peak with the limit.
+    enforces_limit: bool
+
+    def window_peak(self, reset: bool = True) -> int:
+        """Highest use since the last reset window (or `reset()`), above the baseline; `reset` starts
+        a new window. `peak()` still covers the whole run."""
+
+    def set_limit(self, limit_bytes: int | None) -> None:
+        """Hold this process's use of the device to `limit_bytes` (None: no limit)."""
+
+    def limit_bytes(self) -> int | None:
+        """The limit set, if any."""
+
+    def trim(self) -> None:
+        """Hand memory that is cached but unused back to the device (after a shrink)."""
+
+
 class CpuProbe:
     """Resident-set high-water mark of this process, above a baseline (Linux /proc)."""
 
@@ -60,24 +89,35 @@ class CpuProbe:
         self._proc = proc
         self._baseline = 0
         self._resettable = True
+        self._run_peak = 0  # the highest of the closed windows (window_peak resets VmHWM)
 
     def reset(self) -> None:
+        self._clear_hwm()
+        self._baseline = self._status_kib("VmRSS") * 1024
+        self._run_peak = 0
+
+    def peak(self) -> MemoryPeak:
+        return MemoryPeak(peak_bytes=max(self._run_peak, self.window_peak(reset=False)), kind=self.kind)
+
+    def window_peak(self, reset: bool = True) -> int:
+        if not self._resettable:
+            raise RuntimeError(
+                "cannot reset the resident-memory high-water mark (/proc/self/clear_refs is not "
+                "writable here), so a peak of this run alone cannot be measured"
+            )
+        window = max(0, self._status_kib("VmHWM") * 1024 - self._baseline)
+        if reset:
+            self._run_peak = max(self._run_peak, window)
+            self._clear_hwm()
+        return window
+
+    def _clear_hwm(self) -> None:
         try:
             # Writing 5 resets VmHWM to the current RSS (Linux >= 4.0), so the high-water mark
             # covers only the window we measure.
             (self._proc / "clear_refs").write_text("5")
         except OSError:
             self._resettable = False
-        self._baseline = self._status_kib("VmRSS") * 1024
-
-    def peak(self) -> MemoryPeak:
-        if not self._resettable:
-            raise RuntimeError(
-                "cannot reset the resident-memory high-water mark (/proc/self/clear_refs is not "
-                "writable here), so a peak of this run alone cannot be measured"
-            )
-        hwm = self._status_kib("VmHWM") * 1024
-        return MemoryPeak(peak_bytes=max(0, hwm - self._baseline), kind=self.kind)
 
     def current_bytes(self) -> int:
         return max(0, self._status_kib("VmRSS") * 1024 - self._baseline)
@@ -97,28 +137,128 @@ class CudaProbe:
 
     kind = "cuda_reserved"
 
+    enforces_limit = True  # past the fraction the allocator frees its cache, retries, then raises OOM
+
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._base_reserved = 0
         self._base_allocated = 0
+        self._run_reserved = 0  # the highest of the closed windows (window_peak resets the stats)
+        self._run_allocated = 0
+        self._limit: int | None = None
 
     def reset(self) -> None:
         torch.cuda.synchronize(self.device)  # a CPU-GPU sync: stats must include queued kernels
         torch.cuda.reset_peak_memory_stats(self.device)
         self._base_reserved = torch.cuda.memory_reserved(self.device)
         self._base_allocated = torch.cuda.memory_allocated(self.device)
+        self._run_reserved = self._run_allocated = 0
 
     def peak(self) -> MemoryPeak:
-        torch.cuda.synchronize(self.device)
-        reserved = torch.cuda.max_memory_reserved(self.device) - self._base_reserved
-        allocated = torch.cuda.max_memory_allocated(self.device) - self._base_allocated
-        return MemoryPeak(peak_bytes=max(0, reserved), kind=self.kind, allocated_bytes=max(0, allocated))
+        reserved = max(self._run_reserved, self.window_peak(reset=False))
+        allocated = max(self._run_allocated, torch.cuda.max_memory_allocated(self.device) - self._base_allocated)
+        return MemoryPeak(peak_bytes=reserved, kind=self.kind, allocated_bytes=max(0, allocated))
+
+    def window_peak(self, reset: bool = True) -> int:
+        torch.cuda.synchronize(self.device)  # a CPU-GPU sync: the window must include queued kernels
+        reserved = max(0, torch.cuda.max_memory_reserved(self.device) - self._base_reserved)
+        if reset:
+            allocated = torch.cuda.max_memory_allocated(self.device) - self._base_allocated
+            self._run_reserved = max(self._run_reserved, reserved)
+            self._run_allocated = max(self._run_allocated, allocated)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return reserved
+
+    def set_limit(self, limit_bytes: int | None) -> None:
+        if limit_bytes is not None and (self._limit is None or limit_bytes < self._limit):
+            # Lowering the fraction frees nothing by itself: hand the cached blocks back first, so
+            # the reserved bytes the allocator checks against the new limit are only live ones.
+            torch.cuda.empty_cache()
+        self._limit = limit_bytes
+        # The fraction is of the whole device and counts everything this process reserved,
+        # including the baseline taken at reset(); the grant covers what the run uses above it.
+        # The CUDA context and library workspaces are outside it (the device's reserve covers them).
+        total = self.total_bytes()
+        fraction = 1.0 if limit_bytes is None else min(1.0, (limit_bytes + self._base_reserved) / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, self.device)
+
+    def limit_bytes(self) -> int | None:
+        return self._limit
+
+    def trim(self) -> None:
+        torch.cuda.empty_cache()  # cached free blocks count as reserved, against the limit
 
     def current_bytes(self) -> int:
         return max(0, torch.cuda.memory_reserved(self.device) - self._base_reserved)
 
     def total_bytes(self) -> int:
         return int(torch.cuda.get_device_properties(self.device).total_memory)
+
+
+class VirtualProbe:
+    """A device of `capacity_bytes` that exists only in EDO's books: what stands in for a GPU on a
+    machine without one, so EDO's whole protocol runs (and is tested) on CPUs.
+
+    Use is measured, not modelled: this process's resident-set figures above its baseline, exactly
+    as `CpuProbe` measures them. One adjustment makes them follow the memory the trial frees: glibc
+    keeps freed heap blocks resident and raises its mmap threshold as large blocks are freed (up to
+    32 MiB), so a trial that shrinks its micro-batch would not see its resident set fall. The probe
+    therefore fixes the threshold (mallopt) so that every block of 256 KiB or more is mapped on
+    allocation and unmapped on free: after a shrink the next step's peak is the smaller one. Blocks
+    under the threshold still churn in the heap (a small, bounded part). On a C library without
+    mallopt the figures are still real, only sticky.
+
+    The limit is not enforced by the device (there is none): the client compares each step's peak
+    with it at the step boundary (`enforces_limit = False`).
+    """
+
+    kind = CpuProbe.kind  # the figures are the CPU probe's
+    enforces_limit = False
+
+    def __init__(self, capacity_bytes: int, proc: Path = Path("/proc/self")) -> None:
+        self.capacity_bytes = int(capacity_bytes)
+        self._cpu = CpuProbe(proc)
+        self._limit: int | None = None
+        _map_large_blocks()
+
+    def reset(self) -> None:
+        self._cpu.reset()
+
+    def peak(self) -> MemoryPeak:
+        return self._cpu.peak()
+
+    def current_bytes(self) -> int:
+        return self._cpu.current_bytes()
+
+    def total_bytes(self) -> int:
+        return self.capacity_bytes
+
+    def window_peak(self, reset: bool = True) -> int:
+        return self._cpu.window_peak(reset)
+
+    def set_limit(self, limit_bytes: int | None) -> None:
+        self._limit = limit_bytes
+
+    def limit_bytes(self) -> int | None:
+        return self._limit
+
+    def trim(self) -> None:
+        """Nothing is cached: freed large blocks are already unmapped."""
+
+
+_MMAP_THRESHOLD_BYTES = 256 * 1024
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
+
+
+def _map_large_blocks() -> None:
+    path = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(path) if path else None
+    if libc is None or not hasattr(libc, "mallopt"):
+        return
+    # A fixed threshold also switches off glibc's adaptive one; trimming at the same size returns
+    # the heap's free top to the system instead of keeping it resident.
+    libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    libc.mallopt(_M_TRIM_THRESHOLD, _MMAP_THRESHOLD_BYTES)
 
 
 def probe_for(device: torch.device) -> DeviceProbe:

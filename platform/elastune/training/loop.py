@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -30,10 +30,22 @@ from elastune.training.precision import autocast_for, check_precision, grad_scal
 from elastune.workloads import Workload, build_workload
 from elastune.workloads.data import Batch
 
-__all__ = ["Progress", "TrainResult", "forward_backward", "train"]
+__all__ = ["Progress", "StepBoundary", "TrainResult", "forward_backward", "train"]
 
 # Called before each micro-batch's forward with (step, micro_index); tests raise OOM from it.
 FaultHook = Callable[[int, int], None]
+
+
+class StepBoundary(Protocol):
+    """Called at every step boundary by whoever shares the device (EDO's client, memory/client.py)."""
+
+    def check(self, state: LoopState) -> None:
+        """After a step's backward, before its update: raise torch.OutOfMemoryError if the step went
+        over its memory grant; the loop recovers as from any OOM (halve micro, redo the step)."""
+
+    def at_boundary(self, state: LoopState, model: nn.Module) -> None:
+        """Before the first step and after every update: may re-split state.micro x state.accum
+        (never their product) and resize the model's cached tables."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,7 @@ def train(
     probe: DeviceProbe | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     fault: FaultHook | None = None,
+    boundary: StepBoundary | None = None,
     progress_every: int = 10,
 ) -> TrainResult:
     # -- set-up: refuse what cannot run before anything is built
@@ -132,6 +145,8 @@ def train(
         state = load_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, config=cfg.to_dict())
     effective = state.micro * state.accum  # fixed for the run; OOM recovery only re-splits it
     model.train()
+    if boundary is not None:
+        _at_boundary(boundary, state, model, effective)  # the grant may be short of this shape already
 
     # -- steps
     timed_from: tuple[float, int] | None = None
@@ -144,6 +159,8 @@ def train(
         before_micro = None if fault is None else functools.partial(fault, state.step)
         try:
             step_loss = forward_backward(model, workload, batch, state.micro, autocast, scaler, before_micro)
+            if boundary is not None:
+                boundary.check(state)  # over its device-memory grant: an OOM like any other, recovered below
         except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError
             if not is_oom(exc):
                 raise
@@ -156,6 +173,8 @@ def train(
         state.samples += effective
         loss_sum += step_loss
         loss_steps += 1
+        if boundary is not None:
+            _at_boundary(boundary, state, model, effective)  # the device's memory may have been re-shared
         if on_progress is not None and (state.step % progress_every == 0 or state.step == cfg.steps):
             last_loss = float(loss_sum) / loss_steps  # a CPU-GPU sync, once per report
             loss_sum.zero_()
@@ -216,6 +235,12 @@ def _recover_from_oom(state: LoopState, opts: Optimizers, device: torch.device, 
         ) from exc
     state.micro, state.accum = smaller
     state.oom_retries += 1
+
+
+def _at_boundary(boundary: StepBoundary, state: LoopState, model: nn.Module, effective: int) -> None:
+    boundary.at_boundary(state, model)
+    if state.micro * state.accum != effective:
+        raise RuntimeError(f"a step boundary changed the effective batch {effective} to {state.micro}x{state.accum}")
 
 
 def _rate(timed_from: tuple[float, int] | None, state: LoopState) -> float | None:
