@@ -21,32 +21,58 @@ _NO_BROKER = (
 )
 
 
-def make_broker_reader(ray_address: str | None) -> MemoryReader:
-    """A reader that connects this process to the cluster on first use and asks the broker actor."""
+def make_broker_reader(ray_address: str | None, wait_s: float = 8.0) -> MemoryReader:
+    """A reader that connects this process to the cluster on first use and asks the broker actor.
+
+    A page poll must never hang on Ray: connecting and reading run in a helper thread, and a call
+    that takes longer than `wait_s` reports "not answering" while the attempt goes on behind it.
+    """
     lock = threading.Lock()
 
-    def read(timeline_s: float) -> dict[str, Any] | None:
+    def connect_and_read(timeline_s: float) -> dict[str, Any] | None:
         import ray
         from elastune.memory import broker
 
         with lock:
             if not ray.is_initialized():
-                ray.init(
-                    address=_gcs_address(ray_address),
-                    logging_level=logging.ERROR,
-                    log_to_driver=False,
-                    configure_logging=False,
-                )
+                address = _gcs_address(ray_address)
+                if address is None:
+                    raise ConnectionError(
+                        f"--ray-address={ray_address!r} is the job server's URL, which cannot reach the EDO broker; "
+                        "start the UI with --ray-address auto (the local cluster) or HOST:PORT of the cluster's head"
+                    )
+                ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
         status: dict[str, Any] | None = broker.read_status(timeline_s=timeline_s)
         return status
+
+    def read(timeline_s: float) -> dict[str, Any] | None:
+        result: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                result["value"] = connect_and_read(timeline_s)
+            except BaseException as exc:  # handed to the caller's thread below
+                result["error"] = exc
+
+        worker = threading.Thread(target=run, name="edo-status", daemon=True)
+        worker.start()
+        worker.join(wait_s)
+        if worker.is_alive():
+            raise ConnectionError(f"Ray did not answer within {wait_s:.0f} s; still trying")
+        if "error" in result:
+            raise result["error"]
+        value: dict[str, Any] | None = result.get("value")
+        return value
 
     return read
 
 
-def _gcs_address(ray_address: str | None) -> str:
-    # A dashboard URL cannot be handed to ray.init; the local cluster's address file can.
-    if ray_address is None or ray_address.startswith(("http://", "https://")):
+def _gcs_address(ray_address: str | None) -> str | None:
+    """The address ray.init takes: the local cluster by default; None for a dashboard URL."""
+    if ray_address is None:
         return "auto"
+    if ray_address.startswith(("http://", "https://")):
+        return None
     return ray_address
 
 
@@ -57,7 +83,7 @@ def memory_view(reader: MemoryReader, timeline_s: float) -> dict[str, Any]:
     except ImportError:
         return {"available": False, "reason": "This elastune install has no EDO broker module.", **_empty()}
     except ConnectionError as exc:
-        return {"available": False, "reason": f"No Ray cluster to ask: {exc}", **_empty()}
+        return {"available": False, "reason": f"No Ray cluster to ask for device memory: {exc}", **_empty()}
     except Exception as exc:  # the broker died mid-call, Ray went away: the page says so and keeps polling
         return {"available": False, "reason": f"Could not read the EDO broker: {exc}", **_empty()}
     if status is None:

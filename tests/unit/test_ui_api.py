@@ -300,7 +300,11 @@ def _status() -> dict[str, Any]:
     [
         (lambda s: _status(), True, ""),
         (lambda s: None, False, "No EDO broker is running"),
-        (lambda s: (_ for _ in ()).throw(ConnectionError("no cluster")), False, "No Ray cluster to ask"),
+        (
+            lambda s: (_ for _ in ()).throw(ConnectionError("no cluster")),
+            False,
+            "No Ray cluster to ask for device memory",
+        ),
     ],
 )
 def test_memory_view(store: tuple[str, SweepRecord], spec_dir: Path, reader: Any, available: bool, reason: str) -> None:
@@ -314,3 +318,15 @@ def test_memory_view(store: tuple[str, SweepRecord], spec_dir: Path, reader: Any
         assert len(body["timeline"]) == 1
     else:
         assert body["devices"] == []
+
+
+def test_memory_reader_given_a_dashboard_url_says_what_to_pass_instead() -> None:
+    import ray
+    from elastune.ui.memory import make_broker_reader, memory_view
+
+    if ray.is_initialized():
+        pytest.skip("this process is already a Ray driver; the reader would use that connection")
+    started = time.monotonic()
+    view = memory_view(make_broker_reader("http://127.0.0.1:8265"), 60)
+    assert not view["available"] and "--ray-address auto" in view["reason"]
+    assert time.monotonic() - started < 8  # never waits on a cluster it cannot name

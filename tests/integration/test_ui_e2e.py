@@ -1,0 +1,291 @@
+"""The UI against a real local Ray (job server included) and a real MLflow store:
+
+- an OpenAPI fuzz run (schemathesis) with no 5xx answer, and no job launched by invalid input;
+- the browser test: a real headless Chromium opens the UI, launches the quick sweep through the
+  form, waits for it to finish, and finds the trial table and the Pareto plot; screenshots of
+  each page (ELASTUNE_UPDATE_SCREENSHOTS=1 copies them into docs/screenshots/).
+
+One Ray cluster for the module; everything started here is stopped here.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from elastune.ui import UISettings, create_app
+
+from tests.unit.test_ui_api import write_sweep
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass
+class Served:
+    base: str
+    dashboard: str
+    tracking_uri: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ray_dashboard(wait_until: Callable[..., None], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head with its job server on 127.0.0.1, token auth on (Ray >= 2.52), stopped afterwards.
+
+    `ray start --block` in its own process group: ending the group ends this cluster and nothing
+    else (`ray stop` would end every cluster on the machine). Every port is chosen here, so a
+    cluster another test runs at the same time cannot collide with this one.
+    """
+    token_file = tmp_path_factory.mktemp("ray-auth") / "auth_token"
+    token_file.write_text(secrets.token_hex(32))
+    dashboard = _free_port()
+    ports = ["port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port"]
+    ports += ["runtime-env-agent-port", "ray-client-server-port"]
+    command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--num-cpus=2"]
+    command += ["--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}"]
+    command += ["--include-dashboard=true", "--disable-usage-stats", *(f"--{p}={_free_port()}" for p in ports)]
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_file)}
+    log = (token_file.parent / "ray.log").open("w")
+    head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    # The UI finds Ray's token where Ray does; this process does not set RAY_AUTH_MODE, so the job
+    # client sends the token only because the UI passes it.
+    saved = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_file)
+    url = f"http://127.0.0.1:{dashboard}"
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        headers = {"Authorization": f"Bearer {token_file.read_text()}"}
+
+        def accepts_a_job() -> bool:
+            assert head.poll() is None, (token_file.parent / "ray.log").read_text()[-3000:]
+            try:
+                JobSubmissionClient(url, headers=headers).submit_job(entrypoint="true")
+            except (RuntimeError, ConnectionError):
+                return False
+            return True
+
+        wait_until(accepts_a_job, 120, "the Ray job server to accept a job", interval_s=1.0)
+        yield url
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_AUTH_TOKEN_PATH", None)
+        else:
+            os.environ["RAY_AUTH_TOKEN_PATH"] = saved
+        os.killpg(head.pid, signal.SIGTERM)  # Ray drains for up to 30 s, then ends its processes
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        log.close()
+
+
+def test_the_cluster_refuses_a_client_without_the_token(ray_dashboard: str) -> None:
+    from ray.exceptions import AuthenticationError
+    from ray.job_submission import JobSubmissionClient
+
+    with pytest.raises(AuthenticationError, match="Missing authentication token"):
+        JobSubmissionClient(ray_dashboard).list_jobs()
+
+
+@pytest.fixture(scope="module")
+def served(
+    ray_dashboard: str, tmp_path_factory: pytest.TempPathFactory, wait_until: Callable[..., None]
+) -> Iterator[Served]:
+    import uvicorn
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    port = _free_port()
+    app = create_app(UISettings(port=port, ray_address=ray_dashboard, tracking_uri=uri))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="ui-server", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 30, "the UI server to start")
+        yield Served(f"http://127.0.0.1:{port}", ray_dashboard, uri)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+def _job_ids(dashboard: str) -> set[str]:
+    from elastune.ui.settings import ray_auth_token
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(dashboard, headers={"Authorization": f"Bearer {ray_auth_token()}"})
+    return {j.submission_id or "" for j in client.list_jobs()}
+
+
+# ---- the OpenAPI fuzz run -----------------------------------------------------------------
+
+
+def test_fuzzing_the_openapi_schema_finds_no_server_error(served: Served) -> None:
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+
+    write_sweep(served.tracking_uri, "sw-fuzz")  # so sweep reads have something real to read
+    before = _job_ids(served.dashboard)
+    schema = schemathesis.openapi.from_dict(httpx.get(f"{served.base}/openapi.json").json())
+    server_errors: list[str] = []
+    calls = 0
+    launch_calls: list[bool] = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        launches = operation.method.upper() == "POST" and operation.path == "/api/jobs"
+        # A schema-valid launch would start a real job: the launch endpoint gets invalid input only.
+        modes = [GenerationMode.NEGATIVE] if launches else [GenerationMode.POSITIVE, GenerationMode.NEGATIVE]
+        for mode in modes:
+            expect_refusal = launches
+
+            @settings(max_examples=20, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def call(case: Any) -> None:
+                nonlocal calls
+                response = case.call(base_url=served.base, timeout=30)
+                calls += 1
+                launch_calls.append(expect_refusal)  # noqa: B023
+                if response.status_code >= 500:
+                    server_errors.append(
+                        f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}"
+                    )
+                if expect_refusal:  # noqa: B023 - called right here, in this iteration
+                    assert response.status_code in (400, 404, 422), response.text
+
+            try:
+                call()
+            except Unsatisfiable:
+                # No invalid input exists for an operation without parameters (GET /api/health).
+                no_parameters = not list(operation.iter_parameters())
+                assert mode is GenerationMode.NEGATIVE and not launches and no_parameters, operation.label
+    assert calls > 100 and sum(launch_calls) >= 10, (calls, sum(launch_calls))
+    assert not server_errors, "\n".join(server_errors[:10])
+    assert _job_ids(served.dashboard) == before, "invalid input launched a job"
+
+
+# ---- the browser test ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        reason = "Debian's chromium is not installed (apt-get install -y chromium); the browser test needs it"
+        if os.environ.get("ELASTUNE_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"ELASTUNE_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    folder = tmp_path_factory.mktemp("screenshots")
+    yield folder
+    if os.environ.get("ELASTUNE_UPDATE_SCREENSHOTS") == "1":
+        target = ROOT / "docs" / "screenshots"
+        target.mkdir(parents=True, exist_ok=True)
+        for png in folder.glob("*.png"):
+            shutil.copy(png, target / png.name)
+
+
+def test_launch_the_quick_sweep_from_the_browser_and_read_its_results(
+    served: Served, browser: Any, shots: Path, wait_until: Callable[..., None]
+) -> None:
+    page = browser.new_page(viewport={"width": 1360, "height": 900})
+    page.set_default_timeout(30_000)
+    console_errors: list[str] = []
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console_errors.append(str(e)))
+    # The page loads nothing from anywhere but the UI server.
+    foreign: list[str] = []
+    page.on("request", lambda r: foreign.append(r.url) if not r.url.startswith(served.base) else None)
+
+    # 1. The form, built from the schemas; a bad ceiling is reported beside its field.
+    page.goto(f"{served.base}/jobs")
+    page.wait_for_selector("#f-spec option[value=dlrm_quick]", state="attached")
+    page.select_option("#f-spec", "dlrm_quick")
+    page.fill("#f-memory_ceiling", "lots")
+    page.click("#launch-button")
+    problem = page.locator('.field[data-field="memory_ceiling"] .problem')
+    problem.wait_for(state="visible")
+    assert "2GiB" in problem.inner_text()
+    page.screenshot(path=str(shots / "jobs-validation.png"), full_page=True)
+
+    # 2. Launch for real; the job shows up with its live log.
+    page.fill("#f-memory_ceiling", "200MiB")
+    page.click("#launch-button")
+    page.wait_for_selector("#log-card:not([hidden])")
+    job_id = page.inner_text("#log-job")
+    assert job_id.startswith("elastune-sweep-")
+    page.wait_for_selector(f'#jobs-table tr[data-job="{job_id}"]')
+    wait_until(lambda: "waiting for the first" not in page.inner_text("#log-text"), 120, "the job's first log lines")
+    page.screenshot(path=str(shots / "jobs.png"), full_page=True)
+
+    # 3. Follow it to the end, as the page shows it.
+    wait_until(
+        lambda: page.inner_text("#log-status") in ("succeeded", "failed", "stopped"), 420, "the sweep job to end", 2.0
+    )
+    status = page.inner_text("#log-status")
+    assert status == "succeeded", page.inner_text("#log-text")[-3000:]
+    page.screenshot(path=str(shots / "jobs-finished.png"), full_page=True)
+
+    # 4. The sweep list, then the sweep: trial table and Pareto plot.
+    page.goto(f"{served.base}/sweeps")
+    page.wait_for_selector("#sweeps-table tbody tr")
+    page.screenshot(path=str(shots / "sweeps.png"), full_page=True)
+    page.click("#sweeps-table tbody tr >> nth=0")
+    page.wait_for_selector("#trial-table tbody tr[data-trial]")
+    page.wait_for_selector("#scatter svg")
+    assert page.locator("#trial-table tbody tr[data-trial]").count() >= 2
+    assert page.locator('#scatter [data-role="pareto-point"]').count() >= 1
+    assert page.locator("#parcoords svg polyline").count() >= 1
+    page.locator("#trial-table th[data-key=samples_per_s]").click()  # sorts; must not break the table
+    assert page.locator("#trial-table tbody tr[data-trial]").count() >= 2
+    page.screenshot(path=str(shots / "sweep.png"), full_page=True)
+
+    # 5. The memory view: this sweep ran on CPU (no shared GPU), so it says so in plain words.
+    page.goto(f"{served.base}/memory")
+    page.wait_for_selector("#memory .empty, #memory .device")
+    page.screenshot(path=str(shots / "memory.png"), full_page=True)
+
+    assert not foreign, foreign[:5]
+    assert not console_errors, console_errors[:5]
+    page.close()
