@@ -1,1 +1,45 @@
-"""memory."""
+"""Device memory: what a run uses (probe.py, the one seam to the hardware), what it will use
+(estimate.py), and how trials share a device (EDO: policy.py, broker.py, client.py, status_cli.py).
+
+The EDO names below are re-exported lazily, so importing `elastune.memory` pulls in neither Ray
+nor torch (the broker actor's process imports only the policy).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "BrokerConfig",
+    "Demand",
+    "DeviceSpec",
+    "EdoError",
+    "VirtualProbe",
+    "edo_session",
+    "ensure_broker",
+    "get_broker",
+    "plan_demand",
+    "read_status",
+    "shutdown_broker",
+]
+
+_HOME = {
+    "BrokerConfig": "broker",
+    "ensure_broker": "broker",
+    "get_broker": "broker",
+    "read_status": "broker",
+    "shutdown_broker": "broker",
+    "Demand": "client",
+    "EdoError": "client",
+    "edo_session": "client",
+    "plan_demand": "client",
+    "DeviceSpec": "policy",
+    "VirtualProbe": "probe",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

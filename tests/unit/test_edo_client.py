@@ -1,0 +1,108 @@
+"""EDO's trial side without Ray: the virtual device's measurements, the loop's step-boundary hook,
+and the re-shaping rule (cached rows first, then the micro-batch). The broker round trip is in
+tests/integration/test_edo.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from elastune.config import RunConfig
+from elastune.embeddings.cached import CachedEmbedding
+from elastune.errors import InputError
+from elastune.memory.client import Demand, _Shape
+from elastune.memory.probe import VirtualProbe
+from elastune.training.checkpoint import LoopState
+from elastune.training.loop import train
+from torch import nn
+
+MakeCfg = Callable[..., RunConfig]
+MiB = 2**20
+
+
+def test_virtual_probe_windows_follow_freed_memory_and_peak_covers_the_run() -> None:
+    probe = VirtualProbe(capacity_bytes=512 * MiB)
+    assert (probe.total_bytes(), probe.enforces_limit) == (512 * MiB, False)
+    probe.reset()
+    for _ in range(3):
+        # 16 MiB blocks: glibc's adaptive threshold would serve the second and third from the heap
+        # and keep them resident after free (33 MiB measured without the probe's mallopt).
+        block = torch.ones(16 * MiB // 4)  # touched: resident
+        del block
+    first = probe.window_peak()  # the window saw a block; the next one starts from now
+    small = torch.ones(2 * MiB // 4)
+    second = probe.window_peak()
+    del small
+    assert first >= 16 * MiB > 8 * MiB > second, (first, second)
+    assert probe.peak().peak_bytes >= first  # the run's peak spans the windows
+    probe.set_limit(100 * MiB)
+    assert probe.limit_bytes() == 100 * MiB
+
+
+class _Resplit:
+    """A boundary that halves the micro-batch at step 2 and doubles it back at step 4."""
+
+    def __init__(self, effective_change: bool = False, oom_at: int | None = None) -> None:
+        self.effective_change, self.oom_at, self.calls = effective_change, oom_at, 0
+
+    def check(self, state: LoopState) -> None:
+        if state.step == self.oom_at:
+            self.oom_at = None
+            raise torch.OutOfMemoryError("over its grant (test)")
+
+    def at_boundary(self, state: LoopState, model: nn.Module) -> None:
+        self.calls += 1
+        if state.step == 2:
+            state.micro, state.accum = state.micro // 2, state.accum * (1 if self.effective_change else 2)
+        elif state.step == 4:
+            state.micro, state.accum = state.micro * 2, state.accum // 2
+
+
+def test_boundary_resplit_keeps_the_math(tiny_cfg: MakeCfg, tmp_path: Path) -> None:
+    hooked = _Resplit()
+    a = train(tiny_cfg("batch.micro=64", "batch.accum=2", f"checkpoint.path={tmp_path / 'a.ckpt'}"), boundary=hooked)
+    b = train(tiny_cfg("batch.micro=64", "batch.accum=2", f"checkpoint.path={tmp_path / 'b.ckpt'}"))
+    assert hooked.calls == 6 + 1  # before the first step and after each of the 6
+    assert (a.samples, a.effective_batch, a.oom_retries) == (b.samples, 128, 0)
+    wa, wb = (torch.load(tmp_path / f, weights_only=False)["model"] for f in ("a.ckpt", "b.ckpt"))
+    for key in wa:
+        torch.testing.assert_close(wa[key], wb[key], atol=1e-5, rtol=0)
+
+
+def test_boundary_cannot_change_the_effective_batch(tiny_cfg: MakeCfg) -> None:
+    with pytest.raises(RuntimeError, match="changed the effective batch 128"):
+        train(tiny_cfg("batch.micro=64", "batch.accum=2"), boundary=_Resplit(effective_change=True))
+
+
+def test_check_over_grant_takes_the_oom_path(tiny_cfg: MakeCfg) -> None:
+    result = train(tiny_cfg("batch.micro=64", "batch.accum=2"), boundary=_Resplit(oom_at=3))
+    assert result.oom_retries == 1 and result.effective_batch == 128
+
+
+def _shape(cache_rows: int = 1000) -> tuple[_Shape, LoopState]:
+    model = nn.Sequential(CachedEmbedding([1000, 1000], dim=7, capacity=cache_rows))  # 8 floats a row
+    state = LoopState(micro=64, accum=1)
+    # want - min = 64 KiB of samples (48 of micro) + 3/4 of the cache's 32 KB: 1 KiB per sample
+    demand = Demand(want_bytes=200_000, min_bytes=200_000 - 48 * 1024 - 24_000, min_micro=16, min_cache_fraction=0.25)
+    return _Shape.of(state, model, demand), state
+
+
+def test_shape_fit_cuts_cached_rows_before_the_micro_batch() -> None:
+    shape, state = _shape()
+    assert (shape.row_bytes, shape.sample_bytes) == (32.0, 1024.0)
+    used = 100_000
+    assert shape.fit(used, state, used) == (64, 1000)  # fits as it is
+    assert shape.fit(used - 16_000, state, used) == (64, 500)  # 16 kB less: half the rows, same micro
+    micro, rows = shape.fit(used - 40_000, state, used)  # more than the cache can give
+    assert micro == 32 and rows >= shape.min_rows == 250
+    assert shape.predict(used, 64, micro, rows) <= used - 40_000
+    assert shape.fit(1, state, used, min_micro=16) == (16, 250)  # nothing fits: the smallest shape
+
+
+def test_demand_validates() -> None:
+    with pytest.raises(InputError, match=r"min_bytes=10: must be > 0 and <= want_bytes=5"):
+        Demand(want_bytes=5, min_bytes=10)
+    with pytest.raises(InputError, match=r"min_cache_fraction=2"):
+        Demand(want_bytes=5, min_bytes=1, min_cache_fraction=2)
