@@ -11,6 +11,11 @@ from elastune.config import RunConfig, load_run_config
 
 # MLflow starts a usage-telemetry client on import; tests send nothing beyond 127.0.0.1.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# Ray rewrites 127.0.0.1 in an address to the machine's outward IP (services.resolve_ip_for_localhost)
+# unless it believes multi-node clusters are off; with this, every Ray address a test uses (and
+# every Ray process it starts, which inherits the variable) stays on loopback. Set before Ray is
+# imported: Ray reads it once.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 # A configuration small enough to train in a second or two on two CPU cores.
 TINY = [

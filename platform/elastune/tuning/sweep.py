@@ -65,7 +65,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
             memory_ceiling_bytes=spec.constraints.memory_ceiling,
             quality_tolerance=spec.constraints.quality_tolerance,
             started_at=time.time(),
-            job_id=os.environ.get("RAY_JOB_SUBMISSION_ID") or None,
+            job_id=ray_job_id(),
         )
     connect_ray(options)
     tracker = SweepTracker(uri)
@@ -229,6 +229,20 @@ def check_ceiling(spec: SweepSpec) -> None:
                 )
             ]
         )
+
+
+def ray_job_id() -> str | None:
+    """The submission id when this driver runs as a Ray job (`ray job submit`), else None. The job
+    supervisor hands the driver its metadata, the submission id included, in this variable."""
+    import json
+
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return None
+    try:
+        return str(json.loads(raw).get("metadata", {}).get("job_submission_id")) or None
+    except (ValueError, AttributeError):
+        return None
 
 
 def connect_ray(options: SweepOptions) -> None:
