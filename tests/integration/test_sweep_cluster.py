@@ -4,6 +4,7 @@ on logical GPUs. Every process binds 127.0.0.1 and is stopped by its fixture."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -54,8 +55,8 @@ def ray_head(free_port: Callable[[], int], wait_until: Callable[..., None]) -> I
 
 def test_ray_job_submit_runs_the_sweep_with_token_auth(
     ray_head: dict[str, Any],
-    server: str,
-    tmp_path: Path,  # noqa: F811
+    server: str,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     spec = write_spec(tmp_path / "tiny.yaml", tiny_spec(budget={"max_trials": 2}))
     job_id = f"elastune-test-{secrets.token_hex(3)}"
@@ -150,10 +151,8 @@ def _kill_matching(patterns: list[str], wait_until: Callable[..., None]) -> None
 
     for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGKILL):
         for proc in ours():
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 proc.send_signal(sig)
-            except psutil.NoSuchProcess:
-                pass
         if _wait_for(lambda: not ours(), 10):
             return
     wait_until(lambda: not ours(), 10, "the ray start processes to exit")
