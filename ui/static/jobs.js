@@ -80,6 +80,7 @@
         if (input) input.placeholder = `spec: ${v}`;
       }
     };
+    if (specs.some((s) => s.name === "dlrm_quick")) specSelect.value = "dlrm_quick";  // the README's first sweep
     specSelect.addEventListener("change", showSpec);
     showSpec();
     return box;
@@ -255,7 +256,9 @@
   // ---- start -------------------------------------------------------------------------------------
   async function start() {
     try {
-      [kinds, specs] = await Promise.all([api.get("/api/job-kinds"), api.get("/api/specs")]);
+      const [published, specList] = await Promise.all([api.get("/api/job-kinds"), api.get("/api/specs")]);
+      kinds = { ...published.kinds, run_config_schema: published.run_config_schema };
+      specs = specList;
       sweeps = await api.get("/api/sweeps").catch(() => []);
     } catch (e) {
       document.getElementById("form-fields").replaceChildren(el("p", { class: "error", text: e.message }));
