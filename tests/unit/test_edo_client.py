@@ -106,3 +106,18 @@ def test_demand_validates() -> None:
         Demand(want_bytes=5, min_bytes=10)
     with pytest.raises(InputError, match=r"min_cache_fraction=2"):
         Demand(want_bytes=5, min_bytes=1, min_cache_fraction=2)
+
+
+def test_plan_demand_prices_the_configured_and_the_smallest_shape(tiny_cfg: MakeCfg) -> None:
+    from elastune.memory.client import plan_demand
+
+    wide = ("model.embedding_dim=64", "model.bottom_mlp=[64]", "model.top_mlp=[64]")  # activations that count
+    full = plan_demand(tiny_cfg("batch.micro=1024", *wide))
+    assert (full.min_micro, full.min_cache_fraction) == (128, 1.0)  # micro / 8; no cache to shrink
+    assert 0 < full.min_bytes < full.want_bytes
+    cached = plan_demand(
+        tiny_cfg("batch.micro=256", "embedding.strategy=cached", "optimizer.sparse=rowwise_adagrad"), min_micro=64
+    )
+    assert (cached.min_micro, cached.min_cache_fraction) == (64, 0.25)
+    with pytest.raises(InputError, match=r"min_micro=100: must be batch.micro=256 halved"):
+        plan_demand(tiny_cfg("batch.micro=256"), min_micro=100)

@@ -145,6 +145,7 @@ class EdoBoundary:
         self.trial_id, self.device, self.demand, self.probe = trial_id, device, demand, probe
         self.history: list[dict[str, Any]] = []  # every re-shape, confirm and overrun, for reports and tests
         self._broker, self._priority, self._headroom = broker, priority, headroom
+        self._thread: threading.Thread | None = None
         self.heartbeat_s = 5.0  # until the broker tells us its own
         config = self._call("config")
         if config is None:
@@ -158,7 +159,6 @@ class EdoBoundary:
         self._epoch = 0  # bumped by each confirm: a heartbeat reply sent before it is stale, dropped
         self._limit = 0  # the grant this process holds itself to (the training thread's view)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._shape: _Shape | None = None  # set at the first boundary
         self._verifying: int | None = None  # the target a re-shape is being measured against
         self._attempts = 0
