@@ -148,8 +148,14 @@ def _tune_config(spec: SweepSpec, sweep_id: str) -> Any:
         scheduler=scheduler,
         num_samples=-1,  # the searcher ends the sweep: screened proposals count, Ray trials alone would not
         time_budget_s=spec.budget.time_limit_s,
+        trial_dirname_creator=trial_dirname,
         max_concurrent_trials=spec.budget.max_concurrent,
     )
+
+
+def trial_dirname(trial: Any) -> str:
+    """Short trial folders (Tune's default spells out every parameter)."""
+    return f"trial_{trial.trial_id}"
 
 
 def _run_reference(
