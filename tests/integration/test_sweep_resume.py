@@ -23,7 +23,9 @@ pytestmark = pytest.mark.integration
 
 def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[..., None]) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    spec = write_spec(tmp_path / "tiny.yaml", tiny_spec(budget={"max_trials": 4, "max_concurrent": 1, "trial_samples": 12800}))
+    spec = write_spec(
+        tmp_path / "tiny.yaml", tiny_spec(budget={"max_trials": 4, "max_concurrent": 1, "trial_samples": 12800})
+    )
     env = {**os.environ, "ELASTUNE_HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
     command = [sys.executable, "-m", "elastune.cli", "sweep", "--tracking-uri", uri]
