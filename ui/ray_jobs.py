@@ -65,9 +65,13 @@ class JobService:
         )
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        client = self.client()
+        client = _bounded(self.client, self._unreachable)
         try:
-            return getattr(client, method)(*args, **kwargs)
+            return _bounded(lambda: getattr(client, method)(*args, **kwargs), self._unreachable)
+        except ClusterUnavailable:
+            with self._lock:
+                self._client = None
+            raise
         except RuntimeError as exc:
             # The SDK reports an unknown id as a RuntimeError whose text says "does not exist" (404).
             if "does not exist" in str(exc) or "404" in str(exc):
@@ -120,6 +124,29 @@ class JobService:
             return {"job_id": job_id, "stopped": False, "status": info["status"], "message": "already finished"}
         stopped = bool(self._call("stop_job", job_id))
         return {"job_id": job_id, "stopped": stopped, "status": self.get(job_id)["status"], "message": ""}
+
+
+def _bounded(fn: Any, unreachable: Any, wait_s: float = 20.0) -> Any:
+    """Run `fn` in a helper thread; a job server that does not answer in `wait_s` is unavailable.
+
+    The SDK's HTTP calls have no timeout, and a page poll must not hang on a wedged cluster.
+    """
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as exc:  # re-raised in the caller's thread below
+            result["error"] = exc
+
+    worker = threading.Thread(target=run, name="ray-job-call", daemon=True)
+    worker.start()
+    worker.join(wait_s)
+    if worker.is_alive():
+        raise ClusterUnavailable(unreachable(TimeoutError(f"no answer within {wait_s:.0f} s")))
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
 
 
 def job_dict(info: Any) -> dict[str, Any]:

@@ -127,7 +127,10 @@ def test_health_names_the_services(client: TestClient, store: tuple[str, SweepRe
 def test_specs_are_listed_by_name_and_a_broken_one_says_why(client: TestClient) -> None:
     specs = {s["name"]: s for s in client.get("/api/specs").json()}
     assert set(specs) == {"dlrm_quick", "broken"}  # outside.yaml is in the parent folder: not offered
-    assert specs["dlrm_quick"]["valid"] and specs["dlrm_quick"]["memory_ceiling_bytes"] == 200 * 2**20
+    from elastune.tuning.spec import load_sweep_spec
+
+    ceiling = load_sweep_spec(ROOT / "search_spaces" / "dlrm_quick.yaml").constraints.memory_ceiling
+    assert specs["dlrm_quick"]["valid"] and specs["dlrm_quick"]["memory_ceiling_bytes"] == ceiling
     assert not specs["broken"]["valid"] and "parameters" in specs["broken"]["error"]
 
 
