@@ -192,18 +192,17 @@
     if (!jobs.length) { box.replaceChildren(empty("No jobs yet", "Launch a sweep or a training run with the form; it will show up here.")); return; }
     const rows = jobs.map((j) => {
       const sweep = sweepsByJob[j.job_id];
-      const what = j.kind === "sweep" ? (j.spec || "") : j.kind === "train" ? (j.from_sweep ? `best of ${j.from_sweep}` : "defaults") : j.entrypoint;
+      const what = j.kind === "sweep" ? (j.spec || "") : j.kind === "train" ? (j.from_sweep ? `best of ${j.from_sweep}` : "defaults") : j.entrypoint.slice(0, 60);
+      const kindWord = { sweep: "sweep", train: "training", other: "other" }[j.kind] || j.kind;
       return el("tr", { class: `clickable ${j.job_id === selectedJob ? "selected" : ""}`, "data-job": j.job_id, onclick: () => { location.hash = `job=${j.job_id}`; select(j.job_id); } },
-        el("td", {}, el("code", { text: j.job_id })),
-        el("td", { text: { sweep: "sweep", train: "training", other: "other" }[j.kind] || j.kind }),
-        el("td", { text: what, title: j.entrypoint }),
+        el("td", {}, el("div", { text: `${kindWord}${what ? " · " + what : ""}`, title: j.entrypoint }), el("div", { class: "small muted mono", text: j.job_id })),
         el("td", {}, pill(j.status)),
         el("td", { text: when(j.start_time) }),
         el("td", { class: "num", text: duration(j.start_time, j.end_time) }),
         el("td", {}, sweep ? el("a", { href: `/sweeps/${encodeURIComponent(sweep.sweep_id)}`, text: "Results", onclick: (e) => e.stopPropagation() }) : null));
     });
     box.replaceChildren(el("div", { class: "table-wrap" }, el("table", { class: "data", id: "jobs-table" },
-      el("thead", {}, el("tr", {}, ["Job", "Kind", "What", "Status", "Started", "Running for", ""].map((h) => el("th", { text: h, class: h === "Running for" ? "num" : "" })))),
+      el("thead", {}, el("tr", {}, ["Job", "Status", "Started", "Running for", ""].map((h) => el("th", { text: h, class: h === "Running for" ? "num" : "" })))),
       el("tbody", {}, rows))));
   }
 

@@ -14,8 +14,7 @@
       const c = sw.counts;
       const open = () => { location.href = `/sweeps/${encodeURIComponent(sw.sweep_id)}`; };
       return el("tr", { class: "clickable", onclick: open },
-        el("td", {}, el("a", { href: `/sweeps/${encodeURIComponent(sw.sweep_id)}`, text: sw.name })),
-        el("td", {}, el("code", { text: sw.sweep_id })),
+        el("td", {}, el("a", { href: `/sweeps/${encodeURIComponent(sw.sweep_id)}`, text: sw.name }), el("div", { class: "small muted mono", text: sw.sweep_id })),
         el("td", {}, pill(sw.status)),
         el("td", { class: "num", text: sw.trial_count === null ? "–" : String(sw.trial_count) }),
         el("td", { text: c ? `${c.ok} ok · ${c.infeasible} ruled out · ${c.oom} OOM · ${c.pruned} stopped early · ${c.failed} failed${c.running ? ` · ${c.running} running` : ""}` : "open to see" }),
@@ -24,7 +23,7 @@
         el("td", { text: when(sw.started_at) }),
         el("td", { class: "num", text: duration(sw.started_at, sw.ended_at) }));
     });
-    const heads = [["Sweep", ""], ["Id", ""], ["Status", ""], ["Trials", "num"], ["Outcomes", ""], ["Best samples/s", "num"], ["Memory ceiling", "num"], ["Started", ""], ["Took", "num"]];
+    const heads = [["Sweep", ""], ["Status", ""], ["Trials", "num"], ["Outcomes", ""], ["Best samples/s", "num"], ["Memory ceiling", "num"], ["Started", ""], ["Took", "num"]];
     box.replaceChildren(el("div", { class: "table-wrap" }, el("table", { class: "data", id: "sweeps-table" },
       el("thead", {}, el("tr", {}, heads.map(([h, c]) => el("th", { class: c, text: h })))), el("tbody", {}, rows))));
   }
