@@ -112,6 +112,7 @@ class SweepReader:
             "reference_logloss": record.reference_logloss,
             "reference_samples_per_s": record.reference_samples_per_s,
             "mlflow_url": self.run_url(record.mlflow_run_id),
+            "tracking_uri": self.tracking_uri,
             "parameters": _param_names(record.spec, record.trials),
             "pareto_trial_ids": [t.trial_id for t in pareto_front(record.trials)],
             "best": self._trial(best, front, best) if best else None,

@@ -14,9 +14,17 @@ const Charts = (() => {
     const step0 = (hi - lo) / count, mag = 10 ** Math.floor(Math.log10(step0));
     const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((x) => x >= step0) || step0;
     const out = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(+v.toFixed(10));
+    // The last tick is at or above `hi`, so nothing drawn (a ceiling, a capacity) falls off the top.
+    const top = Math.ceil(hi / step - 1e-9) * step;
+    for (let v = Math.ceil(lo / step) * step; v <= top + step * 1e-9; v += step) out.push(+v.toFixed(10));
     return out;
   }
+  // Draw at the container's own width: the SVG is then not scaled and its text keeps its size.
+  // A container not yet in the page has no width: fall back to the main column's.
+  const width = (container) => {
+    const main = document.querySelector("main");
+    return Math.max(360, Math.round(container.clientWidth || (main ? main.clientWidth - 72 : 640)));
+  };
   const fmt = (v) => (Math.abs(v) >= 1000 ? Math.round(v).toLocaleString("en-US") : +v.toPrecision(3) + "");
   function tooltip(container) {
     let tip = container.querySelector(".tooltip");
@@ -59,7 +67,7 @@ const Charts = (() => {
   // points: [{x, y, color, r, ring, id, tip:[..]}]; strip: [{x, color, id, tip}]; front: [{x,y}]; ceiling: x or null
   function scatter(container, o) {
     container.replaceChildren();
-    const W = 640, H = 380, L = 70, R = 18, T = 16, B = o.strip && o.strip.length ? 92 : 56;
+    const W = width(container), H = 380, L = 70, R = 18, T = 16, B = o.strip && o.strip.length ? 92 : 56;
     const xs = [...o.points.map((p) => p.x), ...(o.strip || []).map((p) => p.x), o.ceiling || 0];
     const ys = o.points.map((p) => p.y);
     const xTicks = ticks(0, Math.max(...xs, 1e-9) * 1.08), yTicks = ticks(0, Math.max(...ys, 1e-9) * 1.1);
@@ -107,7 +115,7 @@ const Charts = (() => {
   // dims: [{key, label, numeric, fmt}], rows: [{id, values:{key:v}, color, tip}]
   function parcoords(container, o) {
     container.replaceChildren();
-    const W = Math.max(640, o.dims.length * 120), H = 320, L = 50, R = 50, T = 34, B = 24;
+    const W = Math.max(width(container), o.dims.length * 120), H = 320, L = 60, R = 60, T = 34, B = 24;
     const step = o.dims.length > 1 ? (W - L - R) / (o.dims.length - 1) : 0;
     const scales = o.dims.map((d) => {
       const vals = o.rows.map((r) => r.values[d.key]).filter((v) => v !== null && v !== undefined);
@@ -145,7 +153,7 @@ const Charts = (() => {
   // A horizontal bar of `total` bytes split into segments [{label, value, color, inner, tip}]
   function stackedBar(container, o) {
     container.replaceChildren();
-    const W = 640, H = 46, L = 0, R = 0;
+    const W = width(container), H = 46, L = 0, R = 0;
     const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": o.label || "stacked bar" });
     const tip = tooltip(container);
     let at = 0;
@@ -156,7 +164,8 @@ const Charts = (() => {
       const g = s("g", { "data-segment": seg.label });
       g.append(s("rect", { x: L + at, y: 4, width: w, height: H - 8, fill: seg.color, stroke: "#fff", "stroke-width": 1 }));
       if (seg.inner) g.append(s("rect", { x: L + at, y: H / 2 - 1, width: Math.min(w, scale(seg.inner)), height: H / 2 - 3, fill: "#000", "fill-opacity": 0.28 }));
-      if (w > 70) g.append(s("text", { x: L + at + 6, y: 20, style: "fill:#fff;font-size:11px;font-weight:600" }, seg.short || seg.label));
+      const ink = seg.label === "free" ? "#5b6576" : "#fff";  // the free part is pale: dark text on it
+      if (w > 70) g.append(s("text", { x: L + at + 6, y: 20, style: `fill:${ink};font-size:11px;font-weight:600` }, seg.short || seg.label));
       g.addEventListener("mousemove", (ev) => tip.show(ev, seg.tip));
       g.addEventListener("mouseleave", () => tip.hide());
       svg.append(g);
@@ -168,15 +177,15 @@ const Charts = (() => {
   // series: [{label, color, dashed, points:[{t, v}]}] with t in seconds; yMax; yFmt
   function timeline(container, o) {
     container.replaceChildren();
-    const W = 640, H = 220, L = 64, R = 14, T = 12, B = 34;
+    const W = width(container), H = 220, L = 64, R = 14, T = 12, B = 34;
     const all = o.series.flatMap((se) => se.points);
     const tMax = Math.max(...all.map((p) => p.t), Date.now() / 1000), tMin = tMax - o.window;
     const yTicks = ticks(0, Math.max(o.yMax || 0, ...all.map((p) => p.v), 1e-9));
     const yTop = yTicks[yTicks.length - 1];
     const x = (t) => L + ((t - tMin) / (tMax - tMin)) * (W - L - R), y = (v) => H - B - (v / yTop) * (H - B - T);
-    const xTicks = ticks(-o.window, 0, 5);
+    const xTicks = ticks(-o.window / 60, 0, 5).map((m) => m * 60);  // whole minutes
     const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": o.label || "timeline" });
-    axes(svg, { x: (v) => x(tMax + v), y, xTicks, yTicks, L, R, T, B, W, H, xFmt: (v) => (v === 0 ? "now" : `${Math.round(v / 60 * 10) / 10} min`), yFmt: o.yFmt });
+    axes(svg, { x: (v) => x(tMax + v), y, xTicks, yTicks, L, R, T, B, W, H, xFmt: (v) => (v === 0 ? "now" : `${Math.round(v / 60)} min`), yFmt: o.yFmt });
     if (o.yMax) svg.append(s("line", { x1: L, x2: W - R, y1: y(o.yMax), y2: y(o.yMax), stroke: "#b3261e", "stroke-dasharray": "5 4" }));
     for (const se of o.series) {
       const pts = se.points.filter((p) => p.t >= tMin).sort((a, b) => a.t - b.t);

@@ -18,6 +18,7 @@
     document.getElementById("sweep-sub").textContent = `${data.sweep_id} · started ${when(data.started_at)} · ${data.status === "running" ? "running for" : "took"} ${duration(data.started_at, data.ended_at)}${data.description ? " · " + data.description : ""}`;
     const link = document.getElementById("mlflow-link");
     if (data.mlflow_url) { link.href = data.mlflow_url; link.hidden = false; }
+    else if (data.mlflow_run_id) document.getElementById("sweep-sub").textContent += ` · MLflow run ${data.mlflow_run_id}`;
     const c = data.counts;
     document.getElementById("tiles").replaceChildren(
       tile("Trials", String(data.trial_count)),
@@ -72,8 +73,9 @@
     for (const [k, v] of Object.entries(b.params)) add(k, paramText(v));
     const train = el("button", { type: "button", class: "primary", id: "train-best", onclick: trainBest }, "Train this");
     const dl = el("button", { type: "button", id: "download-best", onclick: () => download(`/api/sweeps/${encodeURIComponent(sweepId)}/best-config.yaml`, `${sweepId}-best.yaml`, "application/yaml").catch((e) => banner(e.message)) }, "Download config (YAML)");
-    const links = b.mlflow_url ? el("p", { class: "small" }, el("a", { href: b.mlflow_url, target: "_blank", rel: "noopener", text: "This trial in MLflow" })) : null;
-    box.replaceChildren(kv, el("div", { class: "actions" }, train, dl), links,
+    const links = b.mlflow_url ? el("p", { class: "small" }, el("a", { href: b.mlflow_url, target: "_blank", rel: "noopener", text: "This trial in MLflow" }))
+      : el("p", { class: "small muted", text: `MLflow run ${b.mlflow_run_id || "–"} (a SQLite store has no web page; browse it with \`mlflow ui --backend-store-uri ${data.tracking_uri || "URI"}\`).` });
+    box.replaceChildren(...[kv, el("div", { class: "actions" }, train, dl), links].filter(Boolean),
       el("p", { class: "small muted", text: "Train this launches a training run of this config on the cluster and opens it on the Jobs page." }));
   }
 
