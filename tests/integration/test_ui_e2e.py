@@ -287,5 +287,7 @@ def test_launch_the_quick_sweep_from_the_browser_and_read_its_results(
     page.screenshot(path=str(shots / "memory.png"), full_page=True)
 
     assert not foreign, foreign[:5]
-    assert not console_errors, console_errors[:5]
+    # The one refused launch in step 1 is logged by the browser as a failed load (422): expected.
+    unexpected = [e for e in console_errors if "status of 422" not in e]
+    assert not unexpected, unexpected[:5]
     page.close()

@@ -31,7 +31,7 @@
   }
 
   function trialTip(t) {
-    return [`trial ${t.number} (${t.trial_id}) · ${Elastune.STATUS_WORDS[t.status] || t.status}${t.pareto ? " · Pareto" : ""}${t.best ? " · best" : ""}`,
+    return [`${t.number < 0 ? "reference run" : `trial ${t.number}`} (${t.trial_id}) · ${Elastune.STATUS_WORDS[t.status] || t.status}${t.pareto ? " · Pareto" : ""}${t.best ? " · best" : ""}`,
       `${rate(t.samples_per_s)} samples/s · peak ${bytes(t.peak_memory_bytes)} measured, ${bytes(t.estimated_peak_bytes)} predicted`,
       ...Object.entries(t.params).map(([k, v]) => `${k} = ${paramText(v)}`)];
   }
@@ -107,7 +107,7 @@
   }
 
   const COLUMNS = [
-    { key: "number", label: "#", num: true },
+    { key: "number", label: "#", num: true, cell: (t) => (t.number < 0 ? "reference" : String(t.number)) },
     { key: "status", label: "Status", cell: (t) => [pill(t.status), t.best ? pill("best", "best") : null, t.pareto ? el("span", { class: "small muted", text: " Pareto" }) : null] },
     { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => rate(t.samples_per_s) },
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
