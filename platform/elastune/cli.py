@@ -30,6 +30,7 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect run configs.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.command("ui")(__import__("elastune.ui_cli", fromlist=["ui"]).ui)  # `elastune ui`: see ui_cli.py
 app.add_typer(__import__("elastune.memory.status_cli", fromlist=["edo_app"]).edo_app, name="edo")
 
 # Wide enough for the sweep summary when output goes to a file or a pipe (rich assumes 80 there).
