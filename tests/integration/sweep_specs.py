@@ -29,7 +29,7 @@ def tiny_spec(**changes: Any) -> dict[str, Any]:
         "budget": {"max_trials": 4, "max_concurrent": 2, "trial_samples": 768},
         "search": {"algorithm": "grid", "scheduler": "none", "seed": 0},
         "resources": {"cpus_per_trial": 1},
-        "edo": "off",
+        "edo": {"mode": "off"},
     }
     for key, value in changes.items():
         raw[key] = {**raw[key], **value} if isinstance(raw.get(key), dict) else value

@@ -45,6 +45,7 @@ __all__ = [
     "Budget",
     "ChoiceParam",
     "Constraints",
+    "EdoSettings",
     "FloatParam",
     "IntParam",
     "Resources",
@@ -143,6 +144,26 @@ class Resources(_Section):
     workers_per_trial: int = Field(1, ge=1, le=1, description="Ray Train workers per trial (data parallel: 1 so far).")
 
 
+class EdoSettings(_Section):
+    """EDO (memory/): co-located trials share a device's memory through the broker's grants."""
+
+    mode: Literal["auto", "on", "off"] = Field("auto", description="auto: on when gpus_per_trial is below 1.")
+    virtual_capacity: int | None = Field(
+        None,
+        description="On CPUs, the capacity of each node's virtual device (e.g. 2GiB); "
+        "default: the memory ceiling x max_concurrent. GPUs report their own capacity.",
+    )
+    reserve: int = Field(
+        0, ge=0, description="Bytes of each device never granted (CUDA contexts live outside the grants)."
+    )
+    acquire_timeout_s: float = Field(300.0, gt=0, description="How long a trial waits for its first grant.")
+
+    @field_validator("virtual_capacity", "reserve", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return value if value is None or value == 0 else parse_bytes(value)
+
+
 class SweepSpec(_Section):
     name: str = Field("sweep", min_length=1, max_length=100)
     description: str = ""
@@ -153,7 +174,7 @@ class SweepSpec(_Section):
     budget: Budget = Field(default_factory=lambda: Budget())
     search: Search = Field(default_factory=lambda: Search())
     resources: Resources = Field(default_factory=lambda: Resources())
-    edo: Literal["auto", "on", "off"] = Field("auto", description="auto: on when gpus_per_trial is below 1.")
+    edo: EdoSettings = Field(default_factory=lambda: EdoSettings())
 
     # -- derived: how one proposal becomes a RunConfig
 
@@ -183,7 +204,14 @@ class SweepSpec(_Section):
 
     @property
     def uses_edo(self) -> bool:
-        return self.edo == "on" or (self.edo == "auto" and 0 < self.resources.gpus_per_trial < 1)
+        return self.edo.mode == "on" or (self.edo.mode == "auto" and 0 < self.resources.gpus_per_trial < 1)
+
+    def virtual_capacity(self) -> int | None:
+        """The virtual device's capacity on CPU nodes (None: no ceiling to derive it from)."""
+        if self.edo.virtual_capacity is not None:
+            return self.edo.virtual_capacity
+        ceiling = self.constraints.memory_ceiling
+        return ceiling * self.budget.max_concurrent if ceiling else None
 
 
 def dotted_to_nested(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,6 +273,12 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
                 problems.append(
                     Problem(f"parameters.{name}", MISSING, "grid search needs discrete values; give a step or a choice")
                 )
+    if spec.edo.mode == "on" and spec.resources.gpus_per_trial == 0 and spec.virtual_capacity() is None:
+        problems.append(
+            Problem(
+                "edo.virtual_capacity", MISSING, "EDO on CPUs needs a device size: set it or constraints.memory_ceiling"
+            )
+        )
     for key in spec.constraints.reference:
         unknown = _unknown_field(key)
         if unknown:

@@ -68,6 +68,10 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
             job_id=ray_job_id(),
         )
     connect_ray(options)
+    if spec.uses_edo:
+        from elastune.memory.broker import ensure_broker
+
+        ensure_broker()  # trials register their devices; `elastune edo status` shows them meanwhile
     tracker = SweepTracker(uri)
     record.mlflow_run_id = tracker.start_sweep(record)
     echo = options.echo

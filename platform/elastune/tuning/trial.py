@@ -65,11 +65,48 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
         )
 
     try:
-        result = train(cfg, on_progress=report, progress_every=limits["report_every"])
+        if context.edo:
+            result = _train_under_edo(cfg, spec, report, limits["report_every"])
+        else:
+            result = train(cfg, on_progress=report, progress_every=limits["report_every"])
     except OutOfMemory as exc:
         tune.report(oom_metrics(cfg, str(exc)))
         return
     tune.report(final_metrics(result, limits))
+
+
+def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) -> Any:
+    """Train with a grant from the cluster's EDO broker: acquire (wait), adapt at every step
+    boundary, release at the end. The device is this trial's GPU share, or the node's virtual
+    device on CPUs; it is registered with the broker by whichever trial first uses it."""
+    import ray
+    from ray import tune
+
+    from elastune.memory.broker import ensure_broker
+    from elastune.memory.client import edo_session, plan_demand
+    from elastune.memory.policy import DeviceSpec
+    from elastune.memory.probe import CudaProbe, VirtualProbe
+    from elastune.training.loop import train
+    from elastune.training.precision import resolve_device
+
+    device = resolve_device(cfg.device)
+    node = ray.get_runtime_context().get_node_id()[:12]
+    probe: Any
+    if device.type == "cuda":
+        probe = CudaProbe(device)
+        gpu_ids = ray.get_gpu_ids()  # physical ids: CUDA_VISIBLE_DEVICES renumbers them per process
+        name = f"{node}/gpu:{gpu_ids[0] if gpu_ids else device.index or 0}"
+        capacity = probe.total_bytes()
+    else:
+        capacity = spec.virtual_capacity()
+        probe = VirtualProbe(capacity)
+        name = f"{node}/virtual:0"
+    ensure_broker(devices=[DeviceSpec(name, capacity, spec.edo.reserve)])
+    trial_id = str(tune.get_context().get_trial_id())
+    with edo_session(
+        trial_id=trial_id, device=name, demand=plan_demand(cfg), probe=probe, timeout_s=spec.edo.acquire_timeout_s
+    ) as boundary:
+        return train(cfg, probe=probe, boundary=boundary, on_progress=report, progress_every=report_every)
 
 
 def _loop_config(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
@@ -132,9 +169,8 @@ def oom_metrics(cfg: RunConfig, error: str) -> dict[str, Any]:
 
 def _node_ip() -> str:
     """The Ray node this worker runs on (its id: several nodes may share one host in tests)."""
-    try:
-        import ray
+    import ray
 
-        return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # not inside Ray (a direct call in a test)
+    if not ray.is_initialized():  # not inside Ray (a direct call); asking would start or join one
         return socket.gethostname()
+    return str(ray.get_runtime_context().get_node_id())
