@@ -67,10 +67,12 @@ def test_ray_job_submit_runs_the_sweep_with_token_auth(
     # Without the token the job API refuses the submission: nothing runs.
     no_token = {k: v for k, v in env.items() if k != "RAY_AUTH_TOKEN"}
     no_token["RAY_AUTH_TOKEN_PATH"] = str(tmp_path / "missing-token")
-    refused = subprocess.run(submit, env=no_token, capture_output=True, text=True, timeout=120)
+    refused = _submit(submit, no_token, tmp_path)
     assert refused.returncode != 0
+    said = (refused.stdout + refused.stderr).lower()
+    assert "401" in said or "unauthenticated" in said or "token" in said, said[-2000:]
 
-    done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=420, cwd=tmp_path)
+    done = _submit(submit, env, tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "succeeded" in (done.stdout + done.stderr).lower()
     record = load_sweep(None, server)
@@ -125,6 +127,17 @@ def test_fractional_gpus_share_one_logical_gpu(tmp_path: Path) -> None:
         assert _wait_for(lambda: ray.available_resources().get("GPU", 0) == 1.0, 30)
     finally:
         ray.shutdown()
+
+
+def _submit(command: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`ray job submit`, retried while the fresh head's job agent is still starting (Ray answers
+    500 "No available agent" then; it is not ready when `ray start` returns)."""
+    deadline = time.monotonic() + 90
+    while True:
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=420, cwd=cwd)
+        if "No available agent" not in proc.stdout + proc.stderr or time.monotonic() > deadline:
+            return proc
+        time.sleep(1)
 
 
 def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
