@@ -1,0 +1,681 @@
+"""EDO benchmark (issue 5, point 6): a mixed set of DLRM trials on one device, three ways.
+
+1. EDO: the broker (a Ray actor) grants memory and re-shares it; trials adapt at step boundaries.
+2. Static equal split: k trials at a time, each held to capacity / k for its whole run, no
+   re-assignment (what a fractional Ray GPU gives, `gpus_per_trial = 1/k`).
+3. One at a time: sequential, each trial with the whole device.
+Then a fault run under EDO: one trial SIGKILLed mid-run (restarted once from scratch, as Ray Tune
+does with max_failures=1) and one trial that allocates far beyond its grant.
+
+The device is EDO's virtual device (`VirtualProbe`): a configured capacity whose use is each trial
+process's measured resident memory above its baseline, checked at every step. Trials are real
+processes (Ray actors) running the real engine (`training.loop.train`).
+
+How the static split is enforced: each trial runs with a fixed share and the very check EDO uses on
+the virtual device (`EdoBoundary.check`: the step's measured peak against the limit, before the
+update), so a trial whose peak exceeds its share takes the loop's OOM path (halve the micro-batch,
+redo the step) and fails when it cannot halve further. A user's fractional GPU has no such fence:
+an overrun there takes memory from a neighbour, so the CUDA OOM may hit the neighbour instead
+(collateral); the fenced split measured here is the better case for static.
+
+Demands (EDO only): each distinct config is measured once alone (step peaks, as the probe sees
+them) in its configured shape and in its smallest shape (micro-batch / 8), then padded as
+tests/integration/test_edo.py does: want = 1.3 x peak, min = 1.2 x smallest peak. The estimator
+(`plan_demand`) is not used: on the virtual device it prices the whole CPU process (runtime
+overhead included) while the probe measures above a baseline taken after warm-up, so it predicts
+2-3x the measured use of these small configs (printed with the calibration).
+
+Capacity: 2.5 x the mean `want` of the mix (fits 2-3 of the trials' predicted peaks at once), so
+memory, not the two cores, bounds how many run together.
+
+    python bench/edo.py                  # all modes + the fault run; Markdown to stdout
+    python bench/edo.py --copies 1       # the mix once instead of twice (shorter)
+    python bench/edo.py --json out.json  # also the raw figures
+
+Record results in bench/RESULTS.md under "## EDO".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before ray: every address on loopback
+
+import ray
+import torch
+from elastune.config import load_run_config
+from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
+from elastune.memory.client import Demand, EdoError, edo_session
+from elastune.memory.policy import DeviceSpec
+from elastune.memory.probe import VirtualProbe
+from elastune.training.loop import OutOfMemory, train
+
+MiB = 2**20
+HEARTBEAT_S = 1.0
+BASE = [
+    "optimizer.sparse=rowwise_adagrad",
+    "model.bottom_mlp=[64]",
+    "model.top_mlp=[64]",
+    "warmup_steps=1",
+    "eval.samples=512",
+    "eval.batch=256",
+    "device=cpu",
+]
+# The mix: (name, overrides). Embedding sizes from 0.0005 to 0.02 of Criteo's rows at dim 16-64,
+# micro-batches 512-4096; steps so that each trains a few seconds alone.
+MIX: list[tuple[str, list[str]]] = [
+    ("s-r0005-d64-b1024", ["data.rows_scale=0.0005", "model.embedding_dim=64", "batch.micro=1024", "steps=30"]),
+    ("s-r001-d32-b2048", ["data.rows_scale=0.001", "model.embedding_dim=32", "batch.micro=2048", "steps=20"]),
+    ("s-r005-d32-b512", ["data.rows_scale=0.005", "model.embedding_dim=32", "batch.micro=512", "steps=40"]),
+    ("m-r002-d64-b1024", ["data.rows_scale=0.002", "model.embedding_dim=64", "batch.micro=1024", "steps=30"]),
+    ("m-r01-d32-b1024", ["data.rows_scale=0.01", "model.embedding_dim=32", "batch.micro=1024", "steps=30"]),
+    ("l-r01-d64-b2048", ["data.rows_scale=0.01", "model.embedding_dim=64", "batch.micro=2048", "steps=15"]),
+    ("l-r02-d64-b512", ["data.rows_scale=0.02", "model.embedding_dim=64", "batch.micro=512", "steps=30"]),
+    ("s-r0005-d16-b4096", ["data.rows_scale=0.0005", "model.embedding_dim=16", "batch.micro=4096", "steps=12"]),
+]
+SHRINK = 8  # the smallest shape: micro-batch / 8 (plan_demand's default)
+
+
+def _micro(overrides: list[str]) -> int:
+    return int(next(o.split("=")[1] for o in overrides if o.startswith("batch.micro=")))
+
+
+def _with_steps(overrides: list[str], steps: int) -> list[str]:
+    return [o for o in overrides if not o.startswith("steps=")] + [f"steps={steps}"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Trial processes
+
+
+class FixedShare:
+    """The static split's fence: the step's measured peak against a fixed share, exactly as
+    `EdoBoundary.check` does on the virtual device; no broker, no re-shaping."""
+
+    def __init__(self, probe: VirtualProbe, limit: int) -> None:
+        self.probe, self.limit = probe, limit
+
+    def check(self, state: Any) -> None:
+        used = self.probe.window_peak(reset=False)
+        if used > self.limit:
+            self.probe.window_peak(reset=True)
+            raise torch.OutOfMemoryError(f"static share: step {state.step} peaked at {used} B > share {self.limit} B")
+
+    def at_boundary(self, state: Any, model: Any) -> None:
+        self.probe.window_peak(reset=True)
+
+
+class Sampled:
+    """Wraps a boundary: records each step window's peak (read before the inner boundary resets
+    it) and the trial's progress (a file the driver reads to pick the moment of a kill)."""
+
+    def __init__(self, inner: Any, probe: VirtualProbe, progress: Path) -> None:
+        self.inner, self.probe, self.progress = inner, probe, progress
+        self.trace: list[tuple[float, int]] = []
+        self.ooms = 0  # the check's OOMs: each discards the step it happened in, which is redone
+
+    def check(self, state: Any) -> None:
+        try:
+            self.inner.check(state)
+        except torch.OutOfMemoryError:
+            self.ooms += 1
+            raise
+
+    def at_boundary(self, state: Any, model: Any) -> None:
+        self.trace.append((time.time(), self.probe.window_peak(reset=False)))
+        self.progress.write_text(str(state.step))
+        self.inner.at_boundary(state, model)
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class TrialRunner:
+    """One trial process; kept across trials (imports cost seconds), replaced when killed."""
+
+    def __init__(self) -> None:
+        torch.set_num_threads(1)  # several trials share two cores
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def warm(self) -> int:
+        from elastune.memory.estimate import estimate  # train() estimates first; import it before the clock
+
+        estimate(load_run_config(None, [*BASE, *MIX[0][1]]))
+        return os.getpid()
+
+    def measure(self, overrides: list[str]) -> int:
+        """The highest step peak of a short run alone (the build and the evaluation are not steps)."""
+        cfg = load_run_config(None, [*BASE, *overrides])
+        probe = VirtualProbe(1 << 40)
+        peaks: list[int] = []
+
+        class Record:
+            def check(self, state: Any) -> None:
+                pass
+
+            def at_boundary(self, state: Any, model: Any) -> None:
+                peaks.append(probe.window_peak(reset=True))
+
+        train(cfg, probe=probe, boundary=Record())
+        return max(peaks[1:])
+
+    def run(self, trial_id: str, job: dict[str, Any]) -> dict[str, Any]:
+        cfg = load_run_config(None, [*BASE, *job["overrides"]])
+        probe = VirtualProbe(job["capacity"])
+        progress = Path(job["progress_dir"]) / trial_id
+        progress.unlink(missing_ok=True)
+        hog = int(job.get("hog_bytes", 0))
+
+        def fault(step: int, micro_index: int) -> None:
+            if hog and step >= job["hog_from"] and micro_index == 0:
+                block = torch.ones(hog // 4)  # touched, so resident: far beyond the grant
+                del block
+
+        out: dict[str, Any] = {"trial_id": trial_id, "pid": os.getpid(), "ok": False, "t_start": time.time()}
+        sampled: Sampled | None = None
+        try:
+            if job["mode"] == "edo":
+                with edo_session(
+                    trial_id=trial_id, device=job["device"], demand=job["demand"], probe=probe, timeout_s=600
+                ) as boundary:
+                    out["t_granted"] = time.time()
+                    sampled = Sampled(boundary, probe, progress)
+                    try:
+                        result = train(cfg, probe=probe, boundary=sampled, fault=fault)
+                    finally:
+                        out["history"] = boundary.history
+                        out["t_end"] = time.time()
+            else:
+                out["t_granted"] = time.time()
+                sampled = Sampled(FixedShare(probe, job["share"]), probe, progress)
+                try:
+                    result = train(cfg, probe=probe, boundary=sampled, fault=fault)
+                finally:
+                    out["t_end"] = time.time()
+            out.update(ok=True, steps=result.steps, micro=result.micro_batch)
+        except (OutOfMemory, EdoError) as exc:
+            out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            out["t_end"] = out.get("t_end", time.time())
+            out["steps"] = int(progress.read_text()) if progress.exists() else 0  # done before failing: lost
+        out.setdefault("t_granted", out["t_end"])  # never granted: held nothing
+        if sampled is not None:
+            out["oom_retries"] = sampled.ooms
+            out["trace"] = [*sampled.trace, (time.time(), probe.window_peak(reset=False))]  # last: the eval
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+
+
+@dataclass
+class Trial:
+    trial_id: str
+    name: str
+    overrides: list[str]
+    demand: Demand
+
+
+def calibrate(runners: list[Any]) -> tuple[dict[str, Demand], list[dict[str, Any]]]:
+    """Measure each config's step peak alone, in its configured and its smallest shape."""
+    jobs = []
+    for name, overrides in MIX:
+        micro = _micro(overrides)
+        small = [*overrides, f"batch.micro={micro // SHRINK}", f"batch.accum={SHRINK}"]
+        jobs.append((name, "full", _with_steps(overrides, 4)))
+        jobs.append((name, "small", _with_steps(small, 4)))
+    futures = [runners[i % len(runners)].measure.remote(ov) for i, (_, _, ov) in enumerate(jobs)]
+    peaks = ray.get(futures)
+    measured: dict[str, dict[str, int]] = {}
+    for (name, shape, _), peak in zip(jobs, peaks, strict=True):
+        measured.setdefault(name, {})[shape] = peak
+    demands, rows = {}, []
+    from elastune.memory.client import plan_demand
+
+    for name, overrides in MIX:
+        m = measured[name]
+        want = int(1.3 * m["full"])
+        demands[name] = Demand(
+            want_bytes=want, min_bytes=min(want, int(1.2 * m["small"])), min_micro=_micro(overrides) // SHRINK
+        )
+        planned = plan_demand(load_run_config(None, [*BASE, *overrides]))
+        rows.append(
+            {
+                "name": name,
+                "peak": m["full"],
+                "small_peak": m["small"],
+                "want": demands[name].want_bytes,
+                "min": demands[name].min_bytes,
+                "plan_want": planned.want_bytes,
+                "plan_min": planned.min_bytes,
+            }
+        )
+    return demands, rows
+
+
+def run_queue(runners: list[Any], jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float, float]:
+    """Run `jobs` in order on the runners, one at a time each (a slot per runner)."""
+    pending, free, running, results = list(jobs), list(runners), {}, []
+    t0 = time.time()
+    while pending or running:
+        while pending and free:
+            runner, job = free.pop(0), pending.pop(0)
+            running[runner.run.remote(job["trial_id"], job)] = (runner, job)
+        done, _ = ray.wait(list(running), num_returns=1)
+        for future in done:
+            runner, job = running.pop(future)
+            results.append({**ray.get(future), "name": job["name"]})
+            free.append(runner)
+    return results, t0, time.time()
+
+
+def memory_from_segments(
+    segments: list[tuple[float, float, int, int]], t0: float, t1: float, capacity: int
+) -> dict[str, float]:
+    """Time averages over [t0, t1] of sum(use), sum(grant - use) and sum(grant), as fractions of
+    capacity; segments are (start, end, grant, use) per trial."""
+    use = unused = granted = 0.0
+    for a, b, grant, used in segments:
+        a, b = max(a, t0), min(b, t1)
+        if b <= a:
+            continue
+        use += (b - a) * used
+        unused += (b - a) * max(0, grant - used)
+        granted += (b - a) * grant
+    span = (t1 - t0) * capacity
+    return {"in_use": use / span, "granted_unused": unused / span, "granted": granted / span}
+
+
+def segments_from_traces(results: list[dict[str, Any]], grant_of: Callable[[dict[str, Any]], int]) -> list[Any]:
+    """Each window's peak over the window (from the previous boundary, or the trial's start)."""
+    out = []
+    for r in results:
+        last, grant = r["t_granted"], grant_of(r)
+        for t, peak in r.get("trace", []):
+            out.append((last, t, grant, peak))
+            last = t
+        if r.get("t_end", last) > last:
+            out.append((last, r["t_end"], grant, 0))
+    return out
+
+
+def segments_from_timeline(timeline: list[dict[str, Any]], device: str, t1: float) -> list[Any]:
+    """The broker's view: each trial's (grant, reported use) held until its next point."""
+    points: dict[str, list[dict[str, Any]]] = {}
+    for p in timeline:
+        if p["device"] == device:
+            points.setdefault(p["trial_id"], []).append(p)
+    out = []
+    for series in points.values():
+        for p, q in zip(series, [*series[1:], None], strict=True):
+            out.append((p["t"], q["t"] if q else t1, p["grant_bytes"], p["used_bytes"]))
+    return out
+
+
+def max_granted(timeline: list[dict[str, Any]], device: str) -> int:
+    held: dict[str, int] = {}
+    top = 0
+    for p in timeline:
+        if p["device"] == device:
+            held[p["trial_id"]] = p["grant_bytes"]
+            top = max(top, sum(held.values()))
+    return top
+
+
+def summarize(
+    mode: str, results: list[dict[str, Any]], t0: float, t1: float, memory: dict[str, float], **extra: Any
+) -> dict[str, Any]:
+    ok = [r for r in results if r["ok"]]
+    failed = [r for r in results if not r["ok"]]
+    ooms = sum(r.get("oom_retries", 0) for r in results)
+    redone = ooms  # each OOM discards the step it happened in (the check is before the update)
+    wasted = sum(r.get("steps", 0) for r in failed)
+    restarts = extra.pop("restarts", 0)
+    restart_lost = extra.pop("restart_lost", 0)
+    busy = sum(r["t_end"] - r["t_granted"] for r in results)
+    return {
+        "mode": mode,
+        "trials": len(results),
+        "completed": len(ok),
+        "failed": [f"{r['name']}: {r.get('error', '')[:90]}" for r in failed],
+        "wall_s": t1 - t0,
+        "per_hour": len(ok) / (t1 - t0) * 3600,
+        "ooms": ooms,
+        "restarts": restarts,
+        "lost_steps": redone + wasted + restart_lost,
+        "lost_detail": {"redone_after_oom": redone, "in_failed_trials": wasted, "before_restart": restart_lost},
+        "mean_running": busy / (t1 - t0),
+        **memory,
+        **extra,
+    }
+
+
+def edo_jobs(trials: list[Trial], spec: DeviceSpec, progress: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "trial_id": t.trial_id,
+            "name": t.name,
+            "mode": "edo",
+            "overrides": t.overrides,
+            "demand": t.demand,
+            "device": spec.name,
+            "capacity": spec.capacity_bytes,
+            "progress_dir": progress,
+        }
+        for t in trials
+    ]
+
+
+def fixed_jobs(trials: list[Trial], capacity: int, share: int, progress: str, mode: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "trial_id": t.trial_id,
+            "name": t.name,
+            "mode": mode,
+            "overrides": t.overrides,
+            "capacity": capacity,
+            "share": share,
+            "progress_dir": progress,
+        }
+        for t in trials
+    ]
+
+
+def run_edo(runners: list[Any], trials: list[Trial], capacity: int, progress: str) -> dict[str, Any]:
+    spec = DeviceSpec("virtual:bench-edo", capacity_bytes=capacity)
+    ensure_broker([spec], BrokerConfig(heartbeat_s=HEARTBEAT_S))
+    try:
+        results, t0, t1 = run_queue(runners, edo_jobs(trials, spec, progress))
+        status = read_status(timeline_s=3600)
+    finally:
+        shutdown_broker()
+    assert status is not None
+    timeline = status["timeline"]
+    memory = memory_from_segments(segments_from_timeline(timeline, spec.name, t1), t0, t1, capacity)
+    own = memory_from_segments(segments_from_traces(results, lambda r: 0), t0, t1, capacity)
+    over = max_granted(timeline, spec.name) > spec.budget_bytes
+    waited = [r["t_granted"] - r["t_start"] for r in results]
+    return summarize(
+        "EDO",
+        results,
+        t0,
+        t1,
+        memory,
+        in_use_sampled=own["in_use"],
+        over_capacity=over,
+        mean_wait_s=statistics.mean(waited),
+        shrinks=sum(1 for r in results for e in r.get("history", []) if e["event"] == "shrink"),
+        grows=sum(1 for r in results for e in r.get("history", []) if e["event"] == "grow"),
+        slots=len(runners),
+    )
+
+
+def run_fixed(runners: list[Any], trials: list[Trial], capacity: int, k: int, progress: str, mode: str) -> Any:
+    share = capacity // k
+    results, t0, t1 = run_queue(runners[:k], fixed_jobs(trials, capacity, share, progress, mode))
+    memory = memory_from_segments(segments_from_traces(results, lambda r: share), t0, t1, capacity)
+    return summarize(mode, results, t0, t1, memory, slots=k, share=share)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fault run
+
+
+def _step(progress: str, trial_id: str) -> int:
+    path = Path(progress) / trial_id
+    try:
+        return int(path.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def _grants() -> dict[str, dict[str, Any]]:
+    status = read_status(timeline_s=1)
+    assert status is not None
+    return {t["trial_id"]: t for d in status["devices"] for t in d["trials"]}
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def run_faults(runners: list[Any], demands: dict[str, Demand], capacity: int, progress: str) -> dict[str, Any]:
+    """Neighbours n1, n2 (small); a hog (small config, allocates 3x its want from step 3); a victim
+    (large) killed at step 8 once the hog is done and a copy of it queues behind it; the victim is
+    then restarted from scratch on a fresh process."""
+    spec = DeviceSpec("virtual:bench-faults", capacity_bytes=capacity)
+    ensure_broker([spec], BrokerConfig(heartbeat_s=HEARTBEAT_S))
+    mix = dict(MIX)
+    small, large = "s-r0005-d64-b1024", "l-r01-d64-b2048"
+
+    def job(trial_id: str, name: str, steps: int, **extra: Any) -> dict[str, Any]:
+        t = Trial(trial_id, name, _with_steps(mix[name], steps), demands[name])
+        return {**edo_jobs([t], spec, progress)[0], **extra}
+
+    jobs = {
+        "n1": job("f-n1", "s-r005-d32-b512", 160),
+        "n2": job("f-n2", "m-r002-d64-b1024", 120),
+        "hog": job("f-hog", small, 30, hog_bytes=3 * demands[small].want_bytes, hog_from=3),
+        "victim": job("f-victim", large, 60),
+        "waiter": job("f-waiter", large, 15),
+    }
+    report: dict[str, Any] = {}
+    try:
+        victim_pid = ray.get(runners[3].pid.remote())
+        t0 = time.time()
+        futures = {key: runners[i].run.remote(jobs[key]["trial_id"], jobs[key]) for i, key in enumerate(jobs) if i < 4}
+        hog = ray.get(futures.pop("hog"), timeout=300)
+        _wait(lambda: _step(progress, "f-victim") >= 3, 120, "the victim to train")
+        futures["waiter"] = runners[2].run.remote("f-waiter", jobs["waiter"])
+        _wait(lambda: _grants().get("f-waiter", {}).get("state") == "waiting", 60, "the copy to queue")
+        _wait(lambda: _step(progress, "f-victim") >= 8, 120, "the victim to reach step 8")
+        before = _grants()
+        grant = before["f-victim"]["grant_bytes"]
+        lost = _step(progress, "f-victim")
+        killed_at = time.monotonic()
+        os.kill(victim_pid, signal.SIGKILL)
+        returned_s = regrant_s = None
+        regranted_2hb = 0.0
+        while time.monotonic() - killed_at < 10 * HEARTBEAT_S:
+            now = _grants()
+            elapsed = time.monotonic() - killed_at
+            if returned_s is None and "f-victim" not in now:
+                returned_s = elapsed
+            grown = sum(
+                max(0, t["grant_bytes"] - before.get(tid, {}).get("grant_bytes", 0))
+                for tid, t in now.items()
+                if tid != "f-victim"
+            )
+            if elapsed <= 2 * HEARTBEAT_S:
+                regranted_2hb = max(regranted_2hb, min(1.0, grown / grant))
+            if grown >= 0.95 * grant:
+                regrant_s = elapsed
+                break
+            time.sleep(0.02)
+        report.update(
+            victim_grant=grant,
+            waiter_state_at_kill=before.get("f-waiter", {}).get("state"),
+            returned_hb=None if returned_s is None else returned_s / HEARTBEAT_S,
+            regrant_hb=None if regrant_s is None else regrant_s / HEARTBEAT_S,
+            regranted_by_2hb=regranted_2hb,
+            lost_steps_restart=lost,
+        )
+        with contextlib.suppress(ray.exceptions.RayActorError):  # killed, as intended
+            ray.get(futures.pop("victim"), timeout=30)
+        fresh = TrialRunner.remote()  # the restart: a new process, cold imports and all, from step 0
+        restart = fresh.run.remote("f-victim-restart", {**jobs["victim"], "trial_id": "f-victim-restart"})
+        rest = dict(zip(futures, ray.get(list(futures.values()), timeout=600), strict=True))
+        rest["victim-restart"] = ray.get(restart, timeout=600)
+        t1 = time.time()
+        runners[3] = fresh
+        status = read_status(timeline_s=3600)
+    finally:
+        shutdown_broker()
+    assert status is not None
+    results = [hog, *rest.values()]
+    for r in results:
+        r["name"] = r["trial_id"]
+    neighbours = [rest[k] for k in ("n1", "n2", "waiter", "victim-restart")]
+    timeline = status["timeline"]
+    hog_grants = [p["grant_bytes"] for p in timeline if p["trial_id"] == "f-hog"]
+    report.update(
+        hog_ok=hog["ok"],
+        hog_error=hog.get("error", ""),
+        hog_ooms=hog.get("oom_retries", 0),
+        hog_max_grant=max(hog_grants),
+        hog_want=demands[small].want_bytes,
+        hog_allocates=3 * demands[small].want_bytes,
+        neighbour_ooms=sum(r.get("oom_retries", 0) for r in neighbours),
+        neighbours_ok=all(r["ok"] for r in neighbours),
+        over_capacity=max_granted(timeline, spec.name) > spec.budget_bytes,
+    )
+    memory = memory_from_segments(segments_from_timeline(timeline, spec.name, t1), t0, t1, capacity)
+    summary = summarize("EDO fault run", results, t0, t1, memory, restarts=1, restart_lost=report["lost_steps_restart"])
+    return {**summary, **report}
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"{one:.2f} (1 min), {five:.2f} (5 min)"
+
+
+def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: dict[str, Any], info: dict) -> str:
+    lines = ["## EDO", ""]
+    lines.append(f"- command: `{info['command']}`")
+    lines.append(
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, torch {torch.__version__}, "
+        f"ray {ray.__version__}; date {date.today()}; load average at start {info['load_start']}, "
+        f"at end {info['load_end']}; benchmark wall time {info['wall_s']:.0f} s"
+    )
+    lines.append(
+        f"- device: virtual (`VirtualProbe`), capacity {info['capacity'] / MiB:.1f} MiB = 2.5 x the mix's mean "
+        f"want; {info['trials']} trials ({info['copies']} x the mix of {len(MIX)}), same order in every mode; "
+        f"heartbeat {HEARTBEAT_S:g} s; one torch thread per trial"
+    )
+    lines += ["", "Calibration (each config alone; MiB; EDO's demand = 1.3 x peak, min = 1.2 x peak at micro / 8):", ""]
+    lines.append("| config | step peak | peak at micro/8 | want | min | plan_demand want | plan_demand min |")
+    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    for c in calib:
+        lines.append(
+            f"| {c['name']} | {c['peak'] / MiB:.1f} | {c['small_peak'] / MiB:.1f} | {c['want'] / MiB:.1f} | "
+            f"{c['min'] / MiB:.1f} | {c['plan_want'] / MiB:.1f} | {c['plan_min'] / MiB:.1f} |"
+        )
+    lines += ["", "| mode | slots | completed | wall s | trials/hour | in use | granted, unused | not granted | "]
+    lines[-1] += "mean running | OOMs | restarts | lost steps |"
+    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for m in [*modes, faults]:
+        lost = m["lost_detail"]
+        lines.append(
+            f"| {m['mode']} | {m.get('slots', '-')} | {m['completed']}/{m['trials']} | {m['wall_s']:.1f} | "
+            f"{m['per_hour']:.0f} | {m['in_use']:.1%} | {m['granted_unused']:.1%} | {1 - m['granted']:.1%} | "
+            f"{m['mean_running']:.2f} | {m['ooms']} | {m['restarts']} | {m['lost_steps']} "
+            f"({lost['redone_after_oom']} redone, {lost['in_failed_trials']} in failed, "
+            f"{lost['before_restart']} before restart) |"
+        )
+    edo, static, seq = modes
+    lines += [
+        "",
+        f"- EDO / static equal split: {edo['per_hour'] / static['per_hour']:.2f}x completed trials per hour "
+        f"(target >= 1.5x); EDO / one at a time: {edo['per_hour'] / seq['per_hour']:.2f}x",
+        f"- EDO: OOMs {edo['ooms']} (target 0), grants over capacity at any point: {edo['over_capacity']}; "
+        f"{edo['shrinks']} shrinks, {edo['grows']} grows; mean wait for a grant {edo['mean_wait_s']:.1f} s; "
+        f"in use as sampled in the trials (not the broker's heartbeat figures) {edo['in_use_sampled']:.1%}",
+    ]
+    for m in modes:
+        if m["failed"]:
+            lines.append(f"- {m['mode']} failed: " + "; ".join(m["failed"]))
+    f = faults
+    lines += [
+        f"- fault run, kill: the victim held {f['victim_grant'] / MiB:.1f} MiB (a copy of it "
+        f"{f['waiter_state_at_kill']} behind it); its grant left the broker after "
+        f"{_hb(f['returned_hb'])} and >= 95% of it was re-granted after {_hb(f['regrant_hb'])} "
+        f"(target <= 2 heartbeats); re-granted within 2 heartbeats: {f['regranted_by_2hb']:.0%}; restarted "
+        f"from scratch once, {f['lost_steps_restart']} steps lost",
+        f"- fault run, overrun: the hog (want {f['hog_want'] / MiB:.1f} MiB, never granted more than "
+        f"{f['hog_max_grant'] / MiB:.1f}) allocated {f['hog_allocates'] / MiB:.1f} MiB per step from step 3: "
+        f"{'completed' if f['hog_ok'] else 'failed'} after {f['hog_ooms']} OOM retries "
+        f"({f['hog_error'][:80]}); neighbours' OOMs {f['neighbour_ooms']} (target 0), all neighbours completed: "
+        f"{f['neighbours_ok']}; grants over capacity at any point: {f['over_capacity']}",
+    ]
+    return "\n".join(lines)
+
+
+def _hb(x: float | None) -> str:
+    return "(not within 10 heartbeats)" if x is None else f"{x:.2f} heartbeats"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--copies", type=int, default=2, help="times the mix is repeated (trials = copies x 8)")
+    parser.add_argument("--k", type=int, default=2, help="static split: trials per device (share = 1/k)")
+    parser.add_argument("--edo-slots", type=int, default=4, help="EDO: trials started at once (memory decides)")
+    parser.add_argument("--json", help="write raw figures here")
+    args = parser.parse_args()
+    info: dict[str, Any] = {"load_start": _load(), "copies": args.copies, "command": "python " + " ".join(sys.argv)}
+    started = time.time()
+    ray.init(
+        address="local",
+        num_cpus=2,
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    progress = tempfile.mkdtemp(prefix="elastune-edo-bench-")
+    try:
+        runners = [TrialRunner.remote() for _ in range(max(args.edo_slots, args.k, 5))]
+        ray.get([r.warm.remote() for r in runners])
+        demands, calib = calibrate(runners)
+        capacity = int(2.5 * statistics.mean(d.want_bytes for d in demands.values()))
+        info["capacity"] = capacity
+        trials = [
+            Trial(f"{c}-{i}-{name}", name, overrides, demands[name])
+            for c in range(args.copies)
+            for i, (name, overrides) in enumerate(MIX)
+        ]
+        info["trials"] = len(trials)
+        log = lambda m: print(  # noqa: E731
+            f"{m['mode']}: {m['completed']}/{m['trials']} in {m['wall_s']:.1f} s, OOMs {m['ooms']}", file=sys.stderr
+        )
+        edo = run_edo(runners[: args.edo_slots], trials, capacity, progress)
+        log(edo)
+        static = run_fixed(runners, trials, capacity, args.k, progress, f"static 1/{args.k}")
+        log(static)
+        seq = run_fixed(runners, trials, capacity, 1, progress, "one at a time")
+        log(seq)
+        faults = run_faults(runners, demands, capacity, progress)
+        log(faults)
+    finally:
+        ray.shutdown()
+    info["load_end"] = _load()
+    info["wall_s"] = time.time() - started
+    print(markdown(calib, [edo, static, seq], faults, info))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"info": info, "calibration": calib, "modes": [edo, static, seq], "faults": faults}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    main()
