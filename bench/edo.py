@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -283,46 +284,53 @@ def run_queue(runners: list[Any], jobs: list[dict[str, Any]]) -> tuple[list[dict
     return results, t0, time.time()
 
 
-def memory_from_segments(
-    segments: list[tuple[float, float, int, int]], t0: float, t1: float, capacity: int
-) -> dict[str, float]:
-    """Time averages over [t0, t1] of sum(use), sum(grant - use) and sum(grant), as fractions of
-    capacity; segments are (start, end, grant, use) per trial."""
+Steps = list[tuple[float, int]]  # a step function: (from time t, value), in time order
+
+
+def _value(steps: Steps, t: float) -> int:
+    value = 0
+    for start, v in steps:
+        if start > t:
+            break
+        value = v
+    return value
+
+
+def memory_average(series: list[tuple[Steps, Steps]], t0: float, t1: float, capacity: int) -> dict[str, float]:
+    """Time averages over [t0, t1] of the sums over trials of use, of grant - use (granted but
+    unused) and of grant, as fractions of capacity; `series` holds each trial's (grant, use)."""
     use = unused = granted = 0.0
-    for a, b, grant, used in segments:
-        a, b = max(a, t0), min(b, t1)
-        if b <= a:
-            continue
-        use += (b - a) * used
-        unused += (b - a) * max(0, grant - used)
-        granted += (b - a) * grant
+    for grant_steps, use_steps in series:
+        cuts = sorted({t0, t1, *(t for t, _ in grant_steps), *(t for t, _ in use_steps)})
+        for a, b in itertools.pairwise(cuts):
+            if a < t0 or b > t1:
+                continue
+            g, u = _value(grant_steps, a), _value(use_steps, a)
+            use += (b - a) * u
+            unused += (b - a) * max(0, g - u)
+            granted += (b - a) * g
     span = (t1 - t0) * capacity
     return {"in_use": use / span, "granted_unused": unused / span, "granted": granted / span}
 
 
-def segments_from_traces(results: list[dict[str, Any]], grant_of: Callable[[dict[str, Any]], int]) -> list[Any]:
-    """Each window's peak over the window (from the previous boundary, or the trial's start)."""
-    out = []
-    for r in results:
-        last, grant = r["t_granted"], grant_of(r)
-        for t, peak in r.get("trace", []):
-            out.append((last, t, grant, peak))
-            last = t
-        if r.get("t_end", last) > last:
-            out.append((last, r["t_end"], grant, 0))
-    return out
+def use_from_trace(r: dict[str, Any]) -> Steps:
+    """The trial's own measurements: each step window's peak over that window (the first window is
+    the build, the last the evaluation)."""
+    trace = r.get("trace", [])
+    if not trace:
+        return []
+    starts = [r["t_granted"], *(t for t, _ in trace[:-1])]
+    return [*zip(starts, (p for _, p in trace), strict=True), (trace[-1][0], 0)]
 
 
-def segments_from_timeline(timeline: list[dict[str, Any]], device: str, t1: float) -> list[Any]:
-    """The broker's view: each trial's (grant, reported use) held until its next point."""
-    points: dict[str, list[dict[str, Any]]] = {}
+def broker_series(timeline: list[dict[str, Any]], device: str) -> dict[str, tuple[Steps, Steps]]:
+    """Per trial, the broker's (grant, reported use) step functions."""
+    out: dict[str, tuple[Steps, Steps]] = {}
     for p in timeline:
         if p["device"] == device:
-            points.setdefault(p["trial_id"], []).append(p)
-    out = []
-    for series in points.values():
-        for p, q in zip(series, [*series[1:], None], strict=True):
-            out.append((p["t"], q["t"] if q else t1, p["grant_bytes"], p["used_bytes"]))
+            grant, used = out.setdefault(p["trial_id"], ([], []))
+            grant.append((p["t"], p["grant_bytes"]))
+            used.append((p["t"], p["used_bytes"]))
     return out
 
 
@@ -405,8 +413,9 @@ def run_edo(runners: list[Any], trials: list[Trial], capacity: int, progress: st
         shutdown_broker()
     assert status is not None
     timeline = status["timeline"]
-    memory = memory_from_segments(segments_from_timeline(timeline, spec.name, t1), t0, t1, capacity)
-    own = memory_from_segments(segments_from_traces(results, lambda r: 0), t0, t1, capacity)
+    broker = broker_series(timeline, spec.name)
+    memory = memory_average([(broker[r["trial_id"]][0], use_from_trace(r)) for r in results], t0, t1, capacity)
+    reported = memory_average(list(broker.values()), t0, t1, capacity)
     over = max_granted(timeline, spec.name) > spec.budget_bytes
     waited = [r["t_granted"] - r["t_start"] for r in results]
     return summarize(
@@ -415,7 +424,7 @@ def run_edo(runners: list[Any], trials: list[Trial], capacity: int, progress: st
         t0,
         t1,
         memory,
-        in_use_sampled=own["in_use"],
+        broker_view=reported,
         over_capacity=over,
         mean_wait_s=statistics.mean(waited),
         shrinks=sum(1 for r in results for e in r.get("history", []) if e["event"] == "shrink"),
@@ -427,7 +436,8 @@ def run_edo(runners: list[Any], trials: list[Trial], capacity: int, progress: st
 def run_fixed(runners: list[Any], trials: list[Trial], capacity: int, k: int, progress: str, mode: str) -> Any:
     share = capacity // k
     results, t0, t1 = run_queue(runners[:k], fixed_jobs(trials, capacity, share, progress, mode))
-    memory = memory_from_segments(segments_from_traces(results, lambda r: share), t0, t1, capacity)
+    series = [([(r["t_granted"], share), (r["t_end"], 0)], use_from_trace(r)) for r in results]
+    memory = memory_average(series, t0, t1, capacity)
     return summarize(mode, results, t0, t1, memory, slots=k, share=share)
 
 
@@ -459,8 +469,8 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 def run_faults(runners: list[Any], demands: dict[str, Demand], capacity: int, progress: str) -> dict[str, Any]:
     """Neighbours n1, n2 (small); a hog (small config, allocates 3x its want from step 3); a victim
-    (large) killed at step 8 once the hog is done and a copy of it queues behind it; the victim is
-    then restarted from scratch on a fresh process."""
+    (large) SIGKILLed mid-run (at step 8 or later of 60) once the hog is done and a copy of it
+    queues behind it; the victim is then restarted from scratch on a fresh process."""
     spec = DeviceSpec("virtual:bench-faults", capacity_bytes=capacity)
     ensure_broker([spec], BrokerConfig(heartbeat_s=HEARTBEAT_S))
     mix = dict(MIX)
@@ -547,9 +557,35 @@ def run_faults(runners: list[Any], demands: dict[str, Demand], capacity: int, pr
         neighbours_ok=all(r["ok"] for r in neighbours),
         over_capacity=max_granted(timeline, spec.name) > spec.budget_bytes,
     )
-    memory = memory_from_segments(segments_from_timeline(timeline, spec.name, t1), t0, t1, capacity)
+    broker = broker_series(timeline, spec.name)
+    traced = {r["trial_id"]: use_from_trace(r) for r in results}
+    # the killed victim left no trace: its use is what it reported to the broker
+    series = [(grant, traced.get(tid) or used) for tid, (grant, used) in broker.items()]
+    memory = memory_average(series, t0, t1, capacity)
     summary = summarize("EDO fault run", results, t0, t1, memory, restarts=1, restart_lost=report["lost_steps_restart"])
     return {**summary, **report}
+
+
+def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """A mode's rounds as one: counts and wall times summed, memory averages weighted by wall time."""
+    wall = sum(r["wall_s"] for r in rounds)
+    out = dict(rounds[0])
+    for key in ("trials", "completed", "ooms", "restarts", "lost_steps", "shrinks", "grows"):
+        if key in out:
+            out[key] = sum(r[key] for r in rounds)
+    out["lost_detail"] = {k: sum(r["lost_detail"][k] for r in rounds) for k in out["lost_detail"]}
+    out["failed"] = [f for r in rounds for f in r["failed"]]
+    for key in ("in_use", "granted_unused", "granted", "mean_running", "mean_wait_s"):
+        if key in out:
+            out[key] = sum(r[key] * r["wall_s"] for r in rounds) / wall
+    if "broker_view" in out:
+        out["broker_view"] = {
+            k: sum(r["broker_view"][k] * r["wall_s"] for r in rounds) / wall for k in out["broker_view"]
+        }
+    out["over_capacity"] = any(r.get("over_capacity", False) for r in rounds)
+    out["wall_s"], out["per_hour"] = wall, out["completed"] / wall * 3600
+    out["per_round"] = [r["per_hour"] for r in rounds]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,7 +607,9 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
     )
     lines.append(
         f"- device: virtual (`VirtualProbe`), capacity {info['capacity'] / MiB:.1f} MiB = 2.5 x the mix's mean "
-        f"want; {info['trials']} trials ({info['copies']} x the mix of {len(MIX)}), same order in every mode; "
+        f"want; {info['trials']} trials ({info['copies']} x the mix of {len(MIX)}) per round, same order in "
+        "every mode, "
+        f"{info['rounds']} rounds (mode order reversed every other round), figures summed over rounds; "
         f"heartbeat {HEARTBEAT_S:g} s; one torch thread per trial"
     )
     lines += ["", "Calibration (each config alone; MiB; EDO's demand = 1.3 x peak, min = 1.2 x peak at micro / 8):", ""]
@@ -582,26 +620,32 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
             f"| {c['name']} | {c['peak'] / MiB:.1f} | {c['small_peak'] / MiB:.1f} | {c['want'] / MiB:.1f} | "
             f"{c['min'] / MiB:.1f} | {c['plan_want'] / MiB:.1f} | {c['plan_min'] / MiB:.1f} |"
         )
-    lines += ["", "| mode | slots | completed | wall s | trials/hour | in use | granted, unused | not granted | "]
+    lines += [
+        "",
+        "| mode | slots | completed | wall s | trials/hour (per round) | in use | granted, unused | not granted | ",
+    ]
     lines[-1] += "mean running | OOMs | restarts | lost steps |"
     lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in [*modes, faults]:
         lost = m["lost_detail"]
         lines.append(
             f"| {m['mode']} | {m.get('slots', '-')} | {m['completed']}/{m['trials']} | {m['wall_s']:.1f} | "
-            f"{m['per_hour']:.0f} | {m['in_use']:.1%} | {m['granted_unused']:.1%} | {1 - m['granted']:.1%} | "
+            f"{m['per_hour']:.0f} ({_rounds(m)}) | {m['in_use']:.1%} | {m['granted_unused']:.1%} | "
+            f"{1 - m['granted']:.1%} | "
             f"{m['mean_running']:.2f} | {m['ooms']} | {m['restarts']} | {m['lost_steps']} "
             f"({lost['redone_after_oom']} redone, {lost['in_failed_trials']} in failed, "
             f"{lost['before_restart']} before restart) |"
         )
-    edo, static, seq = modes
+    edo, static, seq, *more = modes
     lines += [
         "",
-        f"- EDO / static equal split: {edo['per_hour'] / static['per_hour']:.2f}x completed trials per hour "
-        f"(target >= 1.5x); EDO / one at a time: {edo['per_hour'] / seq['per_hour']:.2f}x",
+        f"- EDO / {static['mode']}: {edo['per_hour'] / static['per_hour']:.2f}x completed trials per hour "
+        f"(target >= 1.5x); EDO / one at a time: {edo['per_hour'] / seq['per_hour']:.2f}x"
+        + "".join(f"; EDO / {m['mode']}: {edo['per_hour'] / m['per_hour']:.2f}x" for m in more),
         f"- EDO: OOMs {edo['ooms']} (target 0), grants over capacity at any point: {edo['over_capacity']}; "
         f"{edo['shrinks']} shrinks, {edo['grows']} grows; mean wait for a grant {edo['mean_wait_s']:.1f} s; "
-        f"in use as sampled in the trials (not the broker's heartbeat figures) {edo['in_use_sampled']:.1%}",
+        f"the broker's own view (use = the peaks trials report each heartbeat, lagging by up to a beat): "
+        f"in use {edo['broker_view']['in_use']:.1%}, granted but unused {edo['broker_view']['granted_unused']:.1%}",
     ]
     for m in modes:
         if m["failed"]:
@@ -622,18 +666,29 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
     return "\n".join(lines)
 
 
+def _rounds(m: dict[str, Any]) -> str:
+    return ", ".join(f"{x:.0f}" for x in m.get("per_round", [])) or "one run"
+
+
 def _hb(x: float | None) -> str:
     return "(not within 10 heartbeats)" if x is None else f"{x:.2f} heartbeats"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--copies", type=int, default=2, help="times the mix is repeated (trials = copies x 8)")
+    parser.add_argument("--copies", type=int, default=1, help="times the mix is repeated per round (x 8 trials)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (order reversed each round)")
     parser.add_argument("--k", type=int, default=2, help="static split: trials per device (share = 1/k)")
+    parser.add_argument("--also-k", type=int, default=3, help="a second static split for comparison (0: none)")
     parser.add_argument("--edo-slots", type=int, default=4, help="EDO: trials started at once (memory decides)")
     parser.add_argument("--json", help="write raw figures here")
     args = parser.parse_args()
-    info: dict[str, Any] = {"load_start": _load(), "copies": args.copies, "command": "python " + " ".join(sys.argv)}
+    info: dict[str, Any] = {
+        "load_start": _load(),
+        "copies": args.copies,
+        "rounds": args.rounds,
+        "command": "python " + " ".join(sys.argv),
+    }
     started = time.time()
     ray.init(
         address="local",
@@ -658,22 +713,34 @@ def main() -> None:
         log = lambda m: print(  # noqa: E731
             f"{m['mode']}: {m['completed']}/{m['trials']} in {m['wall_s']:.1f} s, OOMs {m['ooms']}", file=sys.stderr
         )
-        edo = run_edo(runners[: args.edo_slots], trials, capacity, progress)
-        log(edo)
-        static = run_fixed(runners, trials, capacity, args.k, progress, f"static 1/{args.k}")
-        log(static)
-        seq = run_fixed(runners, trials, capacity, 1, progress, "one at a time")
-        log(seq)
+        # Each mode once per round; the order reverses every other round, so a change in the
+        # machine's load during the run weighs on every mode alike.
+        modes: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+            ("EDO", lambda: run_edo(runners[: args.edo_slots], trials, capacity, progress)),
+            ("static", lambda: run_fixed(runners, trials, capacity, args.k, progress, f"static 1/{args.k}")),
+            ("seq", lambda: run_fixed(runners, trials, capacity, 1, progress, "one at a time")),
+        ]
+        if args.also_k:
+            also = f"static 1/{args.also_k}"
+            modes.append(("also", lambda: run_fixed(runners, trials, capacity, args.also_k, progress, also)))
+        runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in modes}
+        for r in range(args.rounds):
+            for key, fn in modes if r % 2 == 0 else modes[::-1]:
+                runs[key].append(fn())
+                log(runs[key][-1])
+        edo, static, seq, *extra = [combine(runs[key]) for key, _ in modes]
         faults = run_faults(runners, demands, capacity, progress)
         log(faults)
     finally:
         ray.shutdown()
     info["load_end"] = _load()
     info["wall_s"] = time.time() - started
-    print(markdown(calib, [edo, static, seq], faults, info))
+    print(markdown(calib, [edo, static, seq, *extra], faults, info))
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"info": info, "calibration": calib, "modes": [edo, static, seq], "faults": faults}, indent=1)
+            json.dumps(
+                {"info": info, "calibration": calib, "modes": [edo, static, seq, *extra], "faults": faults}, indent=1
+            )
         )
 
 
