@@ -4,6 +4,8 @@ tests/integration/test_edo.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +15,6 @@ from elastune.config import RunConfig
 from elastune.embeddings.cached import CachedEmbedding
 from elastune.errors import InputError
 from elastune.memory.client import Demand, _Shape
-from elastune.memory.probe import VirtualProbe
 from elastune.training.checkpoint import LoopState
 from elastune.training.loop import train
 from torch import nn
@@ -22,23 +23,34 @@ MakeCfg = Callable[..., RunConfig]
 MiB = 2**20
 
 
+_PROBE_SCRIPT = """
+import torch
+from elastune.memory.probe import VirtualProbe
+MiB = 2**20
+probe = VirtualProbe(capacity_bytes=512 * MiB)
+assert (probe.total_bytes(), probe.enforces_limit) == (512 * MiB, False)
+probe.reset()
+for _ in range(3):
+    # 16 MiB blocks: glibc's adaptive threshold would serve the second and third from the heap
+    # and keep them resident after free (33 MiB measured without the probe's mallopt).
+    block = torch.ones(16 * MiB // 4)  # touched: resident
+    del block
+first = probe.window_peak()  # the window saw a block; the next one starts from now
+small = torch.ones(2 * MiB // 4)
+second = probe.window_peak()
+del small
+assert first > 12 * MiB > 8 * MiB > second, (first, second)  # other pages come and go a little
+assert probe.peak().peak_bytes >= first  # the run's peak spans the windows
+probe.set_limit(100 * MiB)
+assert probe.limit_bytes() == 100 * MiB
+"""
+
+
 def test_virtual_probe_windows_follow_freed_memory_and_peak_covers_the_run() -> None:
-    probe = VirtualProbe(capacity_bytes=512 * MiB)
-    assert (probe.total_bytes(), probe.enforces_limit) == (512 * MiB, False)
-    probe.reset()
-    for _ in range(3):
-        # 16 MiB blocks: glibc's adaptive threshold would serve the second and third from the heap
-        # and keep them resident after free (33 MiB measured without the probe's mallopt).
-        block = torch.ones(16 * MiB // 4)  # touched: resident
-        del block
-    first = probe.window_peak()  # the window saw a block; the next one starts from now
-    small = torch.ones(2 * MiB // 4)
-    second = probe.window_peak()
-    del small
-    assert first > 12 * MiB > 8 * MiB > second, (first, second)  # other pages come and go a little
-    assert probe.peak().peak_bytes >= first  # the run's peak spans the windows
-    probe.set_limit(100 * MiB)
-    assert probe.limit_bytes() == 100 * MiB
+    # The probe measures this whole process's resident set, so the check runs in a fresh process:
+    # inside the test runner, memory earlier tests freed (and glibc kept) would serve the blocks.
+    proc = subprocess.run([sys.executable, "-c", _PROBE_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 class _Resplit:
