@@ -319,7 +319,7 @@ def test_broker_killed_mid_run_comes_back_without_losing_or_doubling_a_grant(
             return False  # still restarting
         return set(trials(read_status())) == {"p", "q"}
 
-    wait_until(rebuilt, 60, "the broker to restart and both trials to re-register")
+    wait_until(rebuilt, 120, "the broker to restart and both trials to re-register")
     after = {tid: t["grant_bytes"] for tid, t in trials(read_status()).items()}
     assert after == before == {"p": demand.want_bytes, "q": demand.want_bytes}
     results = ray.get(runs, timeout=120)

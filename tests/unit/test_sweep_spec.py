@@ -89,6 +89,16 @@ def test_condition_on_a_value_the_gate_never_takes() -> None:
     assert any("never takes" in p for p in problems(spec(parameters=params)))
 
 
+def test_values_that_clash_in_combination_are_refused() -> None:
+    params = {
+        "embedding.strategy": {"type": "choice", "values": ["full", "half"]},
+        "optimizer.sparse": {"type": "choice", "values": ["adam", "sgd"]},  # adam cannot update half rows
+    }
+    (only,) = problems(spec(parameters=params))
+    assert "'embedding.strategy': 'half'" in only and "'optimizer.sparse': 'adam'" in only
+    assert "add a `when` condition" in only
+
+
 def test_range_with_low_above_high_and_log_of_zero() -> None:
     params = {
         "batch.micro": {"type": "int", "low": 512, "high": 64},

@@ -265,6 +265,8 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
         problems += _value_problems(spec, where, name, param)
         problems += _condition_problems(spec, where, param, names[:index])
     problems += _batch_problems(spec)
+    if not problems:
+        problems += _combination_problems(spec)
     if spec.budget.trial_steps is not None and spec.budget.trial_samples is not None:
         problems.append(Problem("budget", MISSING, "set budget.trial_steps or budget.trial_samples, not both"))
     if spec.search.algorithm == "grid":
@@ -370,6 +372,31 @@ def _condition_problems(spec: SweepSpec, where: str, param: Parameter, earlier: 
                     out.append(
                         Problem(f"{where}.when.{key}", stray, f"{key} never takes these; its values: {gate.values}")
                     )
+    return out
+
+
+def _combination_problems(spec: SweepSpec, limit: int = 3) -> list[Problem]:
+    """Values valid one at a time can still clash (optimizer.sparse=adam with strategy=half): try
+    the space's corner combinations and name the first few that are not a valid run config."""
+    from elastune.tuning.cheapest import candidate_points  # lazy: cheapest imports this module
+
+    out: list[Problem] = []
+    for params in candidate_points(spec):
+        try:
+            spec.trial_config(params)
+        except ValidationError as exc:
+            raw = apply_overrides(spec.base, dotted_to_nested(params))
+            reasons = "; ".join(str(p) for p in problems_from_validation(exc, RunConfig, raw))
+            out.append(
+                Problem(
+                    "parameters",
+                    params,
+                    f"this combination is not a valid run config ({reasons}); "
+                    "add a `when` condition so the clashing values are never drawn together",
+                )
+            )
+            if len(out) >= limit:
+                break
     return out
 
 
