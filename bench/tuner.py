@@ -32,7 +32,6 @@ Record results in bench/RESULTS.md (section "Tuner").
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import platform
@@ -74,28 +73,11 @@ def load_spec(path: Path = SPACE) -> Any:
 
 
 def grid_points(spec: Any) -> list[dict[str, Any]]:
-    """Every point of the spec's conditional product (choices only), in spec order: a gated
-    parameter is drawn only where its `when` holds, as SpaceFunction draws it; duplicates dropped."""
-    from elastune.tuning.spec import ChoiceParam
+    """Every point of the spec's conditional product, in spec order, as the sweep's grid search
+    enumerates it (elastune.tuning.cheapest.grid_points)."""
+    from elastune.tuning.cheapest import grid_points as enumerate_grid
 
-    options = []
-    for name, param in spec.parameters.items():
-        if not isinstance(param, ChoiceParam):
-            raise SystemExit(f"{name}: the benchmark grid needs choice parameters")
-        options.append((name, list(param.values)))
-    points: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for combo in itertools.product(*(values for _, values in options)):
-        drawn: dict[str, Any] = {}
-        for (name, _), value in zip(options, combo, strict=True):
-            when = spec.parameters[name].when or {}
-            if all(key in drawn and drawn[key] in allowed for key, allowed in when.items()):
-                drawn[name] = value
-        key = point_key(drawn)
-        if key not in seen:
-            seen.add(key)
-            points.append(drawn)
-    return points
+    return list(enumerate_grid(spec))
 
 
 def point_key(params: dict[str, Any]) -> str:
