@@ -96,7 +96,7 @@ def test_two_node_cluster_places_trials_on_both_nodes(tmp_path: Path) -> None:
         nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert len(nodes) == 2
         # One CPU per trial and two trials at once on two one-CPU nodes: they must spread.
-        raw = tiny_spec(budget={"max_trials": 4, "max_concurrent": 2})
+        raw = tiny_spec(budget={"max_trials": 2, "max_concurrent": 2})
         record = run_sweep(
             SweepSpec.model_validate(raw),
             SweepOptions(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", home=tmp_path / "home"),

@@ -116,8 +116,11 @@ class EdoBroker:
         spec: DeviceSpec | None = None,
     ) -> Grant:
         now = self._expire()
-        if spec is not None and spec.name not in self._policy.devices:
-            self._policy.register_device(spec)  # a re-registering trial brings its device back
+        if spec is not None and self._policy.devices.get(spec.name) != spec:
+            # A re-registering trial brings its device back as it is now. After a restart the actor's
+            # constructor re-ran with the devices it was *first* created with, which may be stale;
+            # the policy refuses a different spec only while trials hold grants on that device.
+            self._policy.register_device(spec)
         grant = self._policy.admit(
             trial_id, device, min_bytes=min_bytes, want_bytes=want_bytes, now=now, priority=priority,
             held_bytes=held_bytes,
