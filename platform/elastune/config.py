@@ -32,6 +32,7 @@ __all__ = [
     "load_run_config",
     "parse_overrides",
     "problems_from_validation",
+    "read_yaml_mapping",
 ]
 
 
@@ -339,7 +340,7 @@ def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = (
     raw: dict[str, Any] = {}
     source = str(path) if path is not None else None
     if path is not None:
-        raw = _read_yaml_mapping(Path(path))
+        raw = read_yaml_mapping(Path(path))
     raw = apply_overrides(raw, parse_overrides(overrides))
     return validate_run_config(raw, source=source)
 
@@ -351,7 +352,7 @@ def validate_run_config(raw: Mapping[str, Any], source: str | None = None) -> Ru
         raise ConfigError(problems_from_validation(exc, RunConfig, raw), source=source) from None
 
 
-def _read_yaml_mapping(path: Path) -> dict[str, Any]:
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError([Problem("config", str(path), "file does not exist; give a YAML file path")])
     try:

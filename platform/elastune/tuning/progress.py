@@ -28,10 +28,11 @@ class SweepCallback(Callback):
         self.spec = spec
         self._tracker: Any = None
         self._record: SweepRecord | None = None
+        self._spec: Any = None  # the validated SweepSpec, rebuilt in _ensure (plain data is what pickles)
         self._last_print = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_tracker": None, "_record": None}
+        return {**self.__dict__, "_tracker": None, "_record": None, "_spec": None}
 
     # -- Tune's hooks (all run in the driver, one at a time)
 
@@ -60,11 +61,12 @@ class SweepCallback(Callback):
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         from elastune.tuning.search import SCREENED, records_for_screened
-        from elastune.tuning.spec import SweepSpec
 
         queued = SCREENED.pop(self.sweep_id, [])
-        for trial in records_for_screened(SweepSpec.model_validate(self.spec), queued):
-            self._save(trial, announce=True)
+        if queued:
+            self._ensure()
+            for trial in records_for_screened(self._spec, queued):
+                self._save(trial, announce=True)
         if time.monotonic() - self._last_print > PRINT_EVERY_S:
             self._print(progress_line(self._ensure()))
 
@@ -73,9 +75,11 @@ class SweepCallback(Callback):
     def _ensure(self) -> SweepRecord:
         if self._tracker is None:
             from elastune.tracking.mlflow import SweepTracker, load_sweep
+            from elastune.tuning.spec import SweepSpec
 
             self._tracker = SweepTracker(self.tracking_uri)
             self._record = load_sweep(self.sweep_id, self.tracking_uri)
+            self._spec = SweepSpec.model_validate(self.spec)
         assert self._record is not None
         return self._record
 
@@ -92,11 +96,10 @@ class SweepCallback(Callback):
         print(text, file=sys.stderr, flush=True)
 
     def _from_trial(self, trial: Any, status: str, metrics: dict[str, Any]) -> TrialRecord:
-        from elastune.tuning.spec import SweepSpec
-
+        self._ensure()
         config = dict(trial.config)
         params = {k: v for k, v in config.items() if not k.startswith("elastune_")}
-        cfg = SweepSpec.model_validate(self.spec).trial_config(params)
+        cfg = self._spec.trial_config(params)
         return TrialRecord(
             trial_id=str(trial.trial_id),
             number=int(config.get("elastune_number", -1)),

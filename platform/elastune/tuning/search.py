@@ -117,7 +117,7 @@ class ScreeningSearch(OptunaSearch):
 
     def __init__(self, spec: SweepSpec, sweep_id: str, metric: str, mode: str) -> None:
         super().__init__(space=SpaceFunction.from_spec(spec), metric=metric, mode=mode, sampler=make_sampler(spec))
-        self._spec_dict = spec.model_dump(mode="json")
+        self._spec = spec
         self._sweep_id = sweep_id
         self._max_trials = spec.budget.max_trials
         if spec.search.algorithm == "grid":
@@ -127,7 +127,7 @@ class ScreeningSearch(OptunaSearch):
         self.proposed = 0
 
     def suggest(self, trial_id: str) -> dict[Any, Any] | None:  # or Searcher.FINISHED (a str)
-        spec = SweepSpec.model_validate(self._spec_dict)
+        spec = self._spec
         while self.proposed < self._max_trials:
             params = super().suggest(trial_id)
             number = self.proposed

@@ -33,10 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from elastune.config import (
     RunConfig,
-    _read_yaml_mapping,
     apply_overrides,
     parse_overrides,
     problems_from_validation,
+    read_yaml_mapping,
 )
 from elastune.errors import MISSING, ConfigError, Problem
 from elastune.units import parse_bytes
@@ -184,21 +184,22 @@ class SweepSpec(_Section):
     def trial_config(self, params: Mapping[str, Any]) -> RunConfig:
         """The base config with `params` (dotted keys) applied, steps set by the budget."""
         raw = apply_overrides(self.base, dotted_to_nested(params))
-        if self.constraints.effective_batch is not None:
-            micro = int(params.get("batch.micro", RunConfig.model_validate(raw).batch.micro))
-            raw = apply_overrides(raw, {"batch": {"micro": micro, "accum": self.constraints.effective_batch // micro}})
-        return RunConfig.model_validate(apply_overrides(raw, self._steps_for(RunConfig.model_validate(raw))))
+        cfg = RunConfig.model_validate(raw)
+        effective = self.constraints.effective_batch
+        if effective is not None:
+            raw = apply_overrides(raw, {"batch": {"accum": effective // cfg.batch.micro}})
+        return RunConfig.model_validate(apply_overrides(raw, self._steps_for(cfg, effective or cfg.batch.effective)))
 
     def reference_config(self) -> RunConfig:
         return self.trial_config(self.constraints.reference)
 
-    def _steps_for(self, cfg: RunConfig) -> dict[str, Any]:
+    def _steps_for(self, cfg: RunConfig, effective: int) -> dict[str, Any]:
         if self.budget.trial_steps is not None:
             steps = self.budget.trial_steps
         else:
             base = self.base_config()
             samples = self.budget.trial_samples or base.steps * base.batch.effective
-            steps = max(2, math.ceil(samples / cfg.batch.effective))
+            steps = max(2, math.ceil(samples / effective))
         # Warm-up stays a small share of the trial so short trials still measure most steps.
         return {"steps": steps, "warmup_steps": min(cfg.warmup_steps, max(1, steps // 5))}
 
@@ -233,7 +234,7 @@ def dotted_to_nested(params: Mapping[str, Any]) -> dict[str, Any]:
 def load_sweep_spec(path: Path | str, overrides: Sequence[str] = ()) -> SweepSpec:
     """Read a spec file, apply `--set`-style overrides (`budget.max_trials=4`), validate all of it."""
     source = str(path)
-    raw = apply_overrides(_read_yaml_mapping(Path(path)), parse_overrides(overrides))
+    raw = apply_overrides(read_yaml_mapping(Path(path)), parse_overrides(overrides))
     return validate_sweep_spec(raw, source=source)
 
 

@@ -82,7 +82,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
 
     # -- the reference: measured once per sweep, the bar for quality and the base of speed-ups
     if not any(t.trial_id == "reference" for t in record.trials):
-        context = TrialContext(spec=record.spec, sweep_id=record.sweep_id)
+        context = TrialContext(spec=record.spec)
         reference = _run_reference(spec, record, _trainable(context), home, echo)
         record.trials.append(reference)
         tracker.log_trial(record, reference)
@@ -91,7 +91,6 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     # -- the search: Optuna proposes, the estimator screens, Ray Train runs, ASHA prunes
     context = TrialContext(
         spec=record.spec,
-        sweep_id=record.sweep_id,
         reference_logloss=record.reference_logloss,
         edo=spec.uses_edo,
     )

@@ -34,7 +34,6 @@ class TrialContext:
     """What every trial of one sweep shares; passed with `tune.with_parameters`."""
 
     spec: dict[str, Any]  # SweepSpec.model_dump(mode="json")
-    sweep_id: str
     reference_logloss: float | None = None
     edo: bool = False
 
@@ -49,7 +48,7 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
 
     spec = SweepSpec.model_validate(context.spec)
     cfg = spec.trial_config({k: v for k, v in config.items() if not k.startswith(META_PREFIX)})
-    limits = _loop_config(cfg, spec, context)
+    limits = _limits(cfg, spec, context)
 
     def report(p: Any) -> None:
         tune.report(
@@ -109,7 +108,7 @@ def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) 
         return train(cfg, probe=probe, boundary=boundary, on_progress=report, progress_every=report_every)
 
 
-def _loop_config(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
+def _limits(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
     return {
         "ceiling": spec.constraints.memory_ceiling,
         "tolerance": spec.constraints.quality_tolerance if context.reference_logloss else None,
