@@ -53,7 +53,7 @@ def _table(module: SelfUpdatingEmbedding) -> torch.Tensor:
     if isinstance(module, CachedEmbedding):
         return module.full_table().clone()
     if isinstance(module, Int8Embedding):
-        return dequantize_rows(module.codes, module.scale, module.offset)
+        return dequantize_rows(module.codes, module.scale, module.zero_point)
     assert isinstance(module, HalfEmbedding)
     return module.weight.float()
 
@@ -205,12 +205,56 @@ def test_int8_quantization_error_is_within_a_step() -> None:
     g = torch.Generator().manual_seed(0)
     values = torch.randn(500, 16, generator=g) * torch.rand(500, 1, generator=g)
     for noise in (None, torch.rand(values.shape, generator=g)):
-        codes, scale, offset = quantize_rows(values, noise)
-        error = (dequantize_rows(codes, scale, offset) - values).abs()
-        assert (error.max(dim=1).values <= scale * (1 + 1e-4) + 1e-7).all()  # below one step
-        assert (error.mean(dim=1) <= scale / 2 + 1e-7).all()  # half a step on average
+        codes, scale, zero_point = quantize_rows(values, noise)
+        step = scale.float()
+        error = (dequantize_rows(codes, scale, zero_point) - values).abs()
+        assert (error.max(dim=1).values <= step * (1 + 1e-4) + 1e-7).all()  # below one step
+        assert (error.mean(dim=1) <= step / 2 + 1e-7).all()  # half a step on average
+        # the step is the widened range / 255, rounded up to bf16 and to an integer zero point: ~1% more
+        span = values.amax(dim=1).clamp(min=0) - values.amin(dim=1).clamp(max=0)
+        assert (step <= span / 255 * 1.015).all()
     constant = torch.full((2, 4), 0.3)
-    assert torch.equal(dequantize_rows(*quantize_rows(constant)), constant)
+    error = (dequantize_rows(*quantize_rows(constant)) - constant).abs()
+    assert (error <= 0.3 / 255 * 1.01).all()
+
+
+def test_int8_stores_dim_plus_three_bytes_a_row() -> None:
+    module = _build("int8", "sgd")  # sgd: no optimizer state
+    assert isinstance(module, Int8Embedding)
+    stored = [module.codes, module.scale, module.zero_point]
+    assert [t.dtype for t in stored] == [torch.uint8, torch.bfloat16, torch.uint8]
+    assert sum(t.untyped_storage().nbytes() for t in stored) == ROWS * (DIM + 3)
+    cfg = EmbeddingConfig(strategy="int8")
+    assert get_strategy("int8").state_bytes(SIZES, DIM, cfg, "sgd") == ROWS * (DIM + 3)
+    assert get_strategy("int8").state_bytes(SIZES, DIM, cfg, "rowwise_adagrad") == ROWS * (DIM + 3 + 4)
+
+
+def test_int8_represents_zero_exactly() -> None:
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(300, 16, generator=g) * torch.rand(300, 1, generator=g)
+    values[:, ::3] = 0.0
+    values[100:200] = values[100:200].abs()  # rows of one sign: the range is widened to reach 0
+    values[200:] = -values[200:].abs()
+    values[0] = 0.0  # an all-zero row
+    for noise in (None, torch.rand(values.shape, generator=g)):
+        out = dequantize_rows(*quantize_rows(values, noise))
+        assert torch.equal(out[values == 0], torch.zeros(int((values == 0).sum())))
+        assert (out[100:200] >= 0).all() and (out[200:] <= 0).all()  # zero is a code: no sign flips
+
+
+def test_int8_stochastic_rounding_is_unbiased() -> None:
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(4, 16, generator=g) * 0.1
+    codes, scale, zero_point = quantize_rows(values)
+    trials = 4000
+    noise = torch.rand(trials, *values.shape, generator=g)
+    rounded = torch.stack([dequantize_rows(*quantize_rows(values, n)) for n in noise])
+    step = scale.float().unsqueeze(1)
+    # each draw is within a step; their mean is the value (standard error ~ step / 2 / sqrt(trials))
+    assert ((rounded - values).abs() <= step * (1 + 1e-4)).all()
+    assert ((rounded.mean(dim=0) - values).abs() <= 4 * step / 2 / math.sqrt(trials)).all()
+    nearest = dequantize_rows(codes, scale, zero_point)
+    assert not torch.equal(rounded.mean(dim=0), nearest)  # not round-to-nearest in disguise
 
 
 def test_int8_write_back_is_within_a_step_of_the_fp32_update() -> None:
