@@ -1,5 +1,6 @@
 """The searcher tells Optuna every outcome as COMPLETE with constraint values, never FAIL, so TPE
-learns where the ceiling lies: screened proposals (never launched), OOM trials, slow trials."""
+learns where the ceiling lies: screened proposals (never launched), OOM trials, slow trials. And it
+never hands Tune a config twice: a repeat is told its known result, and the space's end is an end."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 import optuna
 import pytest
 from elastune.config import RunConfig
-from elastune.tuning.search import SCREENED, ScreeningSearch
+from elastune.tuning.cheapest import grid_points
+from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, param_key
 from elastune.tuning.spec import validate_sweep_spec
 from elastune.tuning.trial import oom_metrics
 
@@ -44,9 +46,9 @@ def test_over_ceiling_proposals_are_told_at_once_and_count_against_the_budget() 
     s = searcher(memory_ceiling="1MiB")  # below everything: every proposal is screened
     SCREENED.pop("unit", None)
     assert s.suggest("t0") == "FINISHED"  # 4 proposals, all screened, budget spent
-    trials = s.study().get_trials(deepcopy=False)
-    assert len(trials) == 4 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
-    assert all(t.constraints["memory"] > 0 for t in trials)
+    trials = s.study().get_trials(deepcopy=False)  # random search repeats: told from memory, no proposals
+    assert len([t for t in trials if "elastune_repeat_of" not in t.user_attrs]) == 4
+    assert all(t.state == optuna.trial.TrialState.COMPLETE and t.constraints["memory"] > 0 for t in trials)
     screened = SCREENED.pop("unit")
     assert [x.number for x in screened] == [0, 1, 2, 3]
     assert all(x.estimated_peak_bytes and x.estimated_peak_bytes > 2**20 for x in screened)
@@ -67,3 +69,106 @@ def test_every_algorithm_proposes_valid_configs(algorithm: str) -> None:
     if algorithm == "grid":
         assert len(set(seen)) == 4  # the whole grid, once each
         assert s.suggest("t4") == "FINISHED"
+
+
+# -- repeats: the searcher never hands Tune a config it has already proposed ---------------------
+
+
+class _Settled(optuna.samplers.BaseSampler):
+    """A sampler that has settled: always each parameter's first choice (or a range's low end)."""
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: Any, trial: Any, search_space: Any) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        if isinstance(param_distribution, optuna.distributions.CategoricalDistribution):
+            return param_distribution.choices[0]
+        return param_distribution.low
+
+
+CONDITIONAL = {  # full x 2 micro + hashed x 2 compression x 2 micro: 6 configs
+    "embedding.strategy": {"type": "choice", "values": ["full", "hashed"]},
+    "embedding.compression": {"type": "choice", "values": [4, 16], "when": {"embedding.strategy": ["hashed"]}},
+    "batch.micro": {"type": "choice", "values": [64, 128]},
+}
+
+
+def params_of(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if not k.startswith("elastune_")}
+
+
+def drain(s: ScreeningSearch, limit: int = 50) -> list[dict[str, Any]]:
+    """Suggest and complete until the searcher ends; each trial's value is its index."""
+    configs = []
+    for i in range(limit):
+        config = s.suggest(f"t{i}")
+        if config == "FINISHED":
+            return configs
+        assert isinstance(config, dict)
+        configs.append(params_of(config))
+        s.on_trial_complete(f"t{i}", result={"samples_per_s": float(i)})
+    raise AssertionError(f"the searcher did not end within {limit} suggestions")
+
+
+@pytest.mark.parametrize("algorithm", ["tpe", "random", "grid"])
+@pytest.mark.parametrize("parameters", [None, CONDITIONAL], ids=["plain", "conditional"])
+def test_each_config_is_handed_out_once_then_the_sweep_ends(algorithm: str, parameters: Any) -> None:
+    changes: dict[str, Any] = {"search": {"algorithm": algorithm}, "budget": {"max_trials": 40}}
+    if parameters is not None:
+        changes["parameters"] = parameters
+    spec = validate_sweep_spec(tiny_spec(**changes))
+    s = ScreeningSearch(spec, "unit-once", metric="samples_per_s", mode="max")
+    configs = drain(s)
+    expected = grid_points(spec)
+    assert sorted(map(param_key, configs)) == sorted(map(param_key, expected))  # each once, all of them
+    assert s.proposed == len(expected)
+
+
+def test_a_repeat_is_told_the_known_result_and_an_unseen_config_is_drawn() -> None:
+    spec = validate_sweep_spec(tiny_spec(search={"algorithm": "tpe"}))
+    s = ScreeningSearch(spec, "unit-repeat", metric="samples_per_s", mode="max", sampler=_Settled())
+    first = s.suggest("t0")
+    assert isinstance(first, dict)
+    s.on_trial_complete("t0", result={"samples_per_s": 7.0, "elastune_constraints": {"memory": -0.5, "quality": 0.1}})
+    second = s.suggest("t1")
+    assert isinstance(second, dict) and params_of(second) != params_of(first)
+    assert second["elastune_number"] == 1  # repeats are not trials: they do not count against the budget
+    assert (s.repeats, s.drawn) == (MAX_REPEATS, 1)
+    repeats = [t for t in s.study().get_trials(deepcopy=False) if "elastune_repeat_of" in t.user_attrs]
+    assert len(repeats) == MAX_REPEATS
+    for t in repeats:
+        assert t.state == optuna.trial.TrialState.COMPLETE and t.value == 7.0
+        assert t.constraints == {"memory": -0.5, "quality": 0.1} and t.params == params_of(first)
+
+
+def test_a_repeat_of_a_running_trial_is_withdrawn_not_told_a_result() -> None:
+    spec = validate_sweep_spec(tiny_spec(search={"algorithm": "tpe"}))
+    s = ScreeningSearch(spec, "unit-running", metric="samples_per_s", mode="max", sampler=_Settled())
+    first, second = s.suggest("t0"), s.suggest("t1")  # two at a time; t0 has not finished
+    assert isinstance(first, dict) and isinstance(second, dict) and params_of(first) != params_of(second)
+    repeats = [t for t in s.study().get_trials(deepcopy=False) if "elastune_repeat_of" in t.user_attrs]
+    assert len(repeats) == MAX_REPEATS and all(t.state == optuna.trial.TrialState.FAIL for t in repeats)
+
+
+def test_screened_configs_are_screened_once() -> None:
+    raw = tiny_spec(constraints={"memory_ceiling": "1MiB"}, budget={"max_trials": 40}, search={"algorithm": "random"})
+    spec = validate_sweep_spec(raw)
+    s = ScreeningSearch(spec, "unit-screened-once", metric="samples_per_s", mode="max")
+    SCREENED.pop("unit-screened-once", None)
+    assert s.suggest("t0") == "FINISHED"  # all 4 screened, then the space is exhausted
+    screened = SCREENED.pop("unit-screened-once")
+    assert len({param_key(x.params) for x in screened}) == len(screened) == 4
+
+
+def test_a_continuous_space_ends_when_the_sampler_only_repeats() -> None:
+    """A space that cannot be enumerated has no unseen point to draw: a clear end, not a hang."""
+    parameters = {"optimizer.lr": {"type": "float", "low": 0.001, "high": 0.1, "log": True}}
+    spec = validate_sweep_spec(tiny_spec(parameters=parameters, search={"algorithm": "tpe"}))
+    s = ScreeningSearch(spec, "unit-continuous", metric="samples_per_s", mode="max", sampler=_Settled())
+    assert isinstance(s.suggest("t0"), dict)
+    s.on_trial_complete("t0", result={"samples_per_s": 1.0})
+    assert s.suggest("t1") == "FINISHED"
+    assert (s.proposed, s.repeats, s.drawn) == (1, MAX_REPEATS, 0)

@@ -7,29 +7,43 @@ over the ceiling, out of memory or below the quality bar is an error: each is to
 COMPLETE trial whose *constraint* values are positive (`Trial.set_constraint`: <= 0 is feasible;
 TPE models infeasible trials apart), and a proposal the estimator prices over the ceiling is told
 at once, without a Ray trial.
+
+Why the searcher remembers proposals: over a discrete space TPE (and random search, which draws
+with replacement) proposes configs it has already tried, and a sweep would train each again.
+Training is treated as deterministic here (a repeat measures the same config on the same machine),
+so a repeat is answered from memory, as Optuna's FAQ does for duplicated parameters (tell the
+trial the earlier trial's value), and the sampler is asked again. If it keeps returning to known
+configs (TPE does once it has settled on a region), an unseen point of the space is proposed
+instead, drawn at random; when every point is known, the sweep ends.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from elastune.tracking.records import TrialRecord
-from elastune.tuning.spec import SweepSpec
+from elastune.tuning.spec import FloatParam, IntParam, SweepSpec
 
 __all__ = [
     "CONSTRAINTS_ATTR",
+    "MAX_REPEATS",
     "SCREENED",
     "Screened",
+    "Screener",
     "ScreeningSearch",
     "SpaceFunction",
+    "discrete_points",
     "make_sampler",
+    "param_key",
     "records_for_screened",
     "screen",
     "set_constraints",
@@ -38,6 +52,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONSTRAINTS_ATTR = "elastune_constraints"  # in a trial's final report: {"memory": x, "quality": y}
+# Asks per suggestion that may land on known configs before an unseen point is drawn instead: an
+# ask and a repeat told from memory cost milliseconds, a trial minutes.
+MAX_REPEATS = 8
+DISCRETE_LIMIT = 10_000  # a discrete space with more points is not enumerated (repeats are rare there)
+
+# (fits, predicted peak bytes, reason) for a proposal: `screen` prices it with the estimator; the
+# tuner benchmark passes one that reads the estimate cached beside each measured config.
+Screener = Callable[[SweepSpec, Mapping[str, Any]], tuple[bool, int | None, str]]
+ParamKey = tuple[tuple[str, Any], ...]
 
 
 def set_constraints(ot_trial: optuna.Trial, values: Mapping[str, float]) -> None:
@@ -54,7 +77,13 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
         return _GridSampler(seed=seed)
     # Few startup trials: sweeps are short, and TPE's constrained model is what learns the ceiling.
     n_startup = max(3, min(10, spec.budget.max_trials // 4))
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
+    # Multivariate TPE models only the parameters every trial has; with `when` the gated ones would
+    # be drawn independently of the rest (e.g. the sparse optimizer apart from the strategy it goes
+    # with). `group` models each set of parameters that occur together jointly (Optuna's advice for
+    # conditional spaces); without `when` it is plain multivariate TPE. On the tuner benchmark's
+    # conditional grid it halves the median trials to 95% of the best (bench/RESULTS.md, Tuner).
+    conditional = any(p.when for p in spec.parameters.values())
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True, group=conditional)
 
 
 class _GridSampler(optuna.samplers.BruteForceSampler):
@@ -113,37 +142,99 @@ SCREENED: dict[str, list[Screened]] = {}
 class ScreeningSearch(OptunaSearch):
     """OptunaSearch that (1) counts every proposal against max_trials, (2) prices each with the
     estimator and tells over-ceiling ones to Optuna as constraint violations instead of launching
-    them, and (3) tells every finished trial with its constraint values."""
+    them, (3) tells every finished trial with its constraint values, and (4) never hands Tune a
+    config it has already proposed: a repeat is told the known result and the sampler asked again.
 
-    def __init__(self, spec: SweepSpec, sweep_id: str, metric: str, mode: str) -> None:
-        super().__init__(space=SpaceFunction.from_spec(spec), metric=metric, mode=mode, sampler=make_sampler(spec))
+    `sampler` and `screener` default to what the sweep uses (`make_sampler(spec)`, `screen`)."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        sweep_id: str,
+        metric: str,
+        mode: str,
+        *,
+        sampler: optuna.samplers.BaseSampler | None = None,
+        screener: Screener | None = None,
+    ) -> None:
+        super().__init__(
+            space=SpaceFunction.from_spec(spec), metric=metric, mode=mode, sampler=sampler or make_sampler(spec)
+        )
         self._spec = spec
         self._sweep_id = sweep_id
+        self._screen: Screener = screener or screen
+        self._points = discrete_points(spec)  # None: continuous (or huge), so it cannot be exhausted
         self._max_trials = spec.budget.max_trials
         if spec.search.algorithm == "grid":
             from elastune.tuning.cheapest import grid_points
 
-            self._max_trials = min(self._max_trials, len(grid_points(spec)))
-        self.proposed = 0
+            self._max_trials = min(self._max_trials, len(self._points or grid_points(spec)))
+        self._known: dict[ParamKey, int] = {}  # proposed config -> its Optuna trial number
+        self._rng = random.Random(spec.search.seed)  # draws unseen points when the sampler only repeats
+        self.proposed = 0  # launched or screened: what counts against max_trials
+        self.repeats = 0  # proposals of known configs, told from memory (never a Ray trial)
+        self.drawn = 0  # unseen points drawn because the sampler returned MAX_REPEATS known configs in a row
 
     def suggest(self, trial_id: str) -> dict[Any, Any] | None:  # or Searcher.FINISHED (a str)
         spec = self._spec
         while self.proposed < self._max_trials:
-            params = super().suggest(trial_id)
+            params = self._propose_new(trial_id)
+            if params is None:
+                break
             number = self.proposed
             self.proposed += 1
-            flat = _flatten(params or {})
-            fits, predicted, reason = screen(spec, flat)
+            flat = _flatten(params)
+            self._known[param_key(flat)] = self._ot_trials[trial_id].number
+            fits, predicted, reason = self._screen(spec, flat)
             if fits:
                 # Carried in the trial's config so the driver's callback sees them, also after a
                 # restore; the trainable drops every elastune_* key before building the RunConfig.
-                return {**(params or {}), "elastune_number": number, "elastune_estimate": predicted}
+                return {**params, "elastune_number": number, "elastune_estimate": predicted}
             ot_trial = self._ot_trials.pop(trial_id)
             ceiling = spec.constraints.memory_ceiling or 1
             set_constraints(ot_trial, {"memory": ((predicted or ceiling) - ceiling) / ceiling + 1e-9, "quality": 0.0})
             self.study().tell(ot_trial, _worst(str(self._mode)))
             SCREENED.setdefault(self._sweep_id, []).append(Screened(number, flat, predicted, reason))
         return Searcher.FINISHED  # type: ignore[return-value]
+
+    def _propose_new(self, trial_id: str) -> dict[str, Any] | None:
+        """The next config not proposed before, asked of the sampler under `trial_id`; None when
+        there is none: every point of a discrete space is known, or the sampler only repeats and
+        the space cannot be enumerated (then the search has settled)."""
+        if self._points is not None and len(self._known) >= len(self._points):
+            log.info("sweep %s: every one of the %d configs has been proposed", self._sweep_id, len(self._points))
+            return None
+        for _ in range(MAX_REPEATS):
+            params = super().suggest(trial_id) or {}
+            key = param_key(_flatten(params))
+            if key not in self._known:
+                return params
+            self._tell_repeat(self._ot_trials.pop(trial_id), self._known[key])
+        unseen = self._draw_unseen()
+        if unseen is None:
+            log.info("sweep %s: the sampler proposed only known configs %d times in a row", self._sweep_id, MAX_REPEATS)
+            return None
+        self.drawn += 1
+        self.study().enqueue_trial(unseen)  # the next ask takes these values (its sampler is skipped)
+        return super().suggest(trial_id) or {}
+
+    def _tell_repeat(self, ot_trial: optuna.Trial, first: int) -> None:
+        """Finish a repeated proposal with what its first proposal (trial `first`) got. The
+        sampler's model then holds the point twice, as it would had the repeat been trained."""
+        self.repeats += 1
+        known = self.study().get_trials(deepcopy=False)[first]  # trial numbers index a study's trials
+        ot_trial.set_user_attr("elastune_repeat_of", first)
+        if known.state == TrialState.COMPLETE:
+            set_constraints(ot_trial, known.constraints)
+            self.study().tell(ot_trial, known.value)
+        else:  # still running (concurrent trials), or pruned/failed: no result to repeat
+            self.study().tell(ot_trial, state=TrialState.FAIL)
+
+    def _draw_unseen(self) -> dict[str, Any] | None:
+        if self._points is None:
+            return None
+        unseen = [p for p in self._points if param_key(p) not in self._known]
+        return self._rng.choice(unseen) if unseen else None
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         ot_trial = self._ot_trials.get(trial_id)
@@ -173,6 +264,27 @@ def screen(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[bool, int | None
     if predicted > ceiling:
         return False, predicted, f"predicted peak {predicted} B is over the memory ceiling {ceiling} B"
     return True, predicted, ""
+
+
+def param_key(params: Mapping[str, Any]) -> ParamKey:
+    """A proposal's identity: its flat parameters, floats to 12 significant digits so that the
+    grid's and the sampler's spelling of one step of a range compare equal."""
+    return tuple(sorted((k, float(f"{v:.12g}") if isinstance(v, float) else v) for k, v in params.items()))
+
+
+def discrete_points(spec: SweepSpec, limit: int = DISCRETE_LIMIT) -> list[dict[str, Any]] | None:
+    """Every point of the space when it is discrete and has at most `limit` points, else None.
+    A float is discrete when it has a step and no log scale (`_suggest` drops the step on a log
+    scale), an int when its step is the one `_suggest` uses."""
+    for param in spec.parameters.values():
+        if isinstance(param, FloatParam) and (param.step is None or param.log):
+            return None
+        if isinstance(param, IntParam) and param.log and param.step != 1:
+            return None
+    from elastune.tuning.cheapest import grid_points
+
+    points = grid_points(spec, limit=limit + 1)
+    return points if len(points) <= limit else None
 
 
 def _constraints_in(result: Mapping[str, Any]) -> dict[str, float]:
