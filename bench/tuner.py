@@ -6,13 +6,14 @@
    each result to bench/tuner_grid.jsonl as it finishes (resumable; the file is committed). Then
    the fastest feasible configs are re-measured until each has 3 runs (their median is used):
    the fastest of ~200 single noisy figures is biased upward.
-2. The replay: TPE and random search, with exactly the sampler and define-by-run space elastune
-   builds (`make_sampler`, `SpaceFunction.from_spec`) and the sweep's feasibility rules, asked and
-   told over the cached grid: a proposal the estimator prices over the ceiling is told as a
-   constraint violation at no trial cost (the sweep's screening); a measured peak over the ceiling
-   or an eval log loss over the tolerated reference's is a constraint violation. Reported: trials
+2. The replay: TPE and random search through the sweep's own searcher (`ScreeningSearch`, with the
+   sampler `make_sampler` builds), driven as Tune drives it over the cached grid: a proposal the
+   estimator prices over the ceiling (the estimate cached with each config) is told as a constraint
+   violation at no trial cost (the sweep's screening); a repeated proposal is answered from memory
+   by the searcher (no trial); a measured peak over the ceiling or an eval log loss over the
+   tolerated reference's is a constraint violation. Reported: trials (screened proposals included)
    and trial-seconds (the grid's wall seconds of the configs actually trained) to reach 95% of the
-   grid's best feasible samples/s, median and range over seeds, and as a share of the grid.
+   grid's best feasible samples/s, per seed, median and range over seeds, and as a share of the grid.
 3. The baseline: the largest micro-batch of fp32 `full` (dense Adam, accum 1: what a batch-size
    finder returns) whose measured peak fits the ceiling; the tuned best's speed-up over it and its
    log loss delta, grid figures and re-measured alternately (`all` only).
@@ -20,7 +21,8 @@
    temp ELASTUNE_HOME and MLflow SQLite store) and as `elastune train`, alternating, 3 times each.
 
     python bench/tuner.py grid                 # run (or resume) the grid; ~45 min on 2 busy CPU cores
-    python bench/tuner.py replay               # searches and baseline from the cache (~1 min)
+    python bench/tuner.py replay               # searches and baseline from the cache (~2 min)
+    python bench/tuner.py replay --tpe-options '{"n_startup_trials": 10}'   # a TPE experiment
     python bench/tuner.py overhead             # Ray vs elastune train (~10 min on a busy machine)
     python bench/tuner.py all --json out.json  # grid (resume), replay, confirmation, overhead
 
@@ -270,71 +272,92 @@ def replay(
     seed: int,
     target: float,
     budget: int,
-    max_asks: int,
-    answer_repeats: bool = False,
+    max_proposals: int,
+    tpe_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Ask/tell one search over the cache until a feasible trained config reaches `target`
-    samples/s (or `max_asks` proposals). The sampler is built from a spec whose budget is `budget`
-    proposals (make_sampler sizes TPE's startup from it), exactly as the sweep builds it.
+    """Drive the sweep's own searcher (`ScreeningSearch`: its sampler, screening and memory of
+    proposals) over the cache, as Tune drives it (suggest, then on_trial_complete with the final
+    report's metric and constraint values), until a feasible trained config reaches `target`
+    samples/s, or the searcher ends (every config proposed, or `max_proposals`).
 
-    The sweep trains a repeated proposal again, so a repeat costs a trial here too. With
-    `answer_repeats` (a diagnostic, not what the sweep does), a repeat is told its known result at
-    no cost and does not count as a trial: what a searcher that remembered results would spend."""
+    The sampler is built from a spec whose budget is `budget` proposals (make_sampler sizes TPE's
+    startup from it), exactly as the sweep builds it; the searcher itself may run past the budget,
+    to see when it gets there. Screening reads the estimate cached with each config (the same
+    estimator `screen` runs, recorded by `elastune train`). A screened proposal counts as a trial
+    at no cost; a repeated one is answered by the searcher from memory and is no trial.
+    `tpe_options` (an experiment, not what the sweep does): TPESampler(seed=seed, **tpe_options)."""
     import optuna
-    from elastune.tuning.search import SpaceFunction, make_sampler, set_constraints
+    from elastune.tuning.search import CONSTRAINTS_ATTR, SCREENED, ScreeningSearch, make_sampler
 
+    search = spec.search.model_copy(update={"algorithm": algorithm, "seed": seed})
+    sampler_spec = spec.model_copy(
+        update={"search": search, "budget": spec.budget.model_copy(update={"max_trials": budget})}
+    )
     run_spec = spec.model_copy(
-        update={
-            "search": spec.search.model_copy(update={"algorithm": algorithm, "seed": seed}),
-            "budget": spec.budget.model_copy(update={"max_trials": budget}),
-        }
+        update={"search": search, "budget": spec.budget.model_copy(update={"max_trials": max_proposals})}
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=make_sampler(run_spec))
-    space = SpaceFunction.from_spec(run_spec)
+    sampler = make_sampler(sampler_spec)
+    if tpe_options is not None and algorithm == "tpe":
+        sampler = optuna.samplers.TPESampler(seed=seed, **tpe_options)
+    ceiling = spec.constraints.memory_ceiling
+
+    def cached_screen(_spec: Any, params: Any) -> tuple[bool, int | None, str]:
+        predicted = grid[point_key(dict(params))].get("estimated_peak_bytes")
+        fits = ceiling is None or predicted is None or predicted <= ceiling
+        return fits, predicted, "" if fits else "predicted over the ceiling (cached estimate)"
+
+    sweep_id = f"replay-{algorithm}-{seed}"
+    SCREENED.pop(sweep_id, None)
+    searcher = ScreeningSearch(
+        run_spec, sweep_id, metric="samples_per_s", mode="max", sampler=sampler, screener=cached_screen
+    )
     ref_logloss = grid["reference"]["val_logloss"]
-    seconds, trained, screened, duplicates, best = 0.0, 0, 0, 0, 0.0
-    seen: set[str] = set()
+    seconds, trained, best, best_in_budget = 0.0, 0, 0.0, 0.0
     reached: dict[str, Any] | None = None
-    best_in_budget = 0.0
-    number, asked = 0, 0
-    while number < max_asks and asked < max_asks:
-        number += 1
-        asked += 1
-        trial = study.ask()
-        space(trial)
-        key = point_key(trial.params)
-        repeat = key in seen
-        duplicates += repeat
-        seen.add(key)
-        outcome = feasibility(spec, grid[key], ref_logloss)
-        set_constraints(trial, outcome["constraints"])
-        study.tell(trial, outcome["value"])
-        if repeat and answer_repeats:
-            number -= 1
-            continue
+    index = 0
+    while reached is None or searcher.proposed < budget:
+        index += 1
+        config = searcher.suggest(f"t{index}")
+        if not isinstance(config, dict):  # Searcher.FINISHED: every config proposed, or max_proposals
+            break
+        params = {k: v for k, v in config.items() if not k.startswith("elastune_")}
+        outcome = feasibility(spec, grid[point_key(params)], ref_logloss)
+        assert outcome["kind"] != "screened", "the searcher screens these itself"
+        searcher.on_trial_complete(
+            f"t{index}", result={"samples_per_s": outcome["value"], CONSTRAINTS_ATTR: outcome["constraints"]}
+        )
         seconds += outcome["cost"]
-        screened += outcome["kind"] == "screened"
-        trained += outcome["kind"] != "screened"
+        trained += 1
         if outcome.get("feasible"):
             best = max(best, outcome["value"])
-        if number <= budget:
+        if config["elastune_number"] < budget:
             best_in_budget = best
         if best >= target and reached is None:
-            reached = {"trials": number, "trial_seconds": seconds, "trained": trained, "screened": screened}
-        if reached is not None and number >= budget:
-            break
+            screened = len(SCREENED.get(sweep_id, []))
+            reached = {
+                "trials": searcher.proposed,
+                "trial_seconds": seconds,
+                "trained": trained,
+                "screened": screened,
+                "repeats": searcher.repeats,
+                "drawn": searcher.drawn,
+            }
+    SCREENED.pop(sweep_id, None)
     return {
         "algorithm": algorithm,
         "seed": seed,
         "reached": reached,
-        "duplicates": duplicates,
+        "repeats": reached["repeats"] if reached else searcher.repeats,
+        "drawn": reached["drawn"] if reached else searcher.drawn,
         "best_in_budget": best_in_budget,
-        "distinct": len(seen),
+        "distinct": searcher.proposed,
     }
 
 
-def analyse(spec: Any, grid: dict[str, dict[str, Any]], seeds: int) -> dict[str, Any]:
+def analyse(
+    spec: Any, grid: dict[str, dict[str, Any]], seeds: int, tpe_options: dict[str, Any] | None = None
+) -> dict[str, Any]:
     points = grid_points(spec)
     missing = [label(p) for p in points if point_key(p) not in grid]
     if missing or "reference" not in grid:
@@ -349,15 +372,16 @@ def analyse(spec: Any, grid: dict[str, dict[str, Any]], seeds: int) -> dict[str,
     target = TARGET * best["samples_per_s"]
     budget = int(0.15 * len(points))  # the issue's bar: 15% of the grid's trials
     searches: dict[str, Any] = {}
-    for algorithm, answer in (("tpe", False), ("random", False), ("tpe", True), ("random", True)):
-        runs = [replay(spec, grid, algorithm, seed, target, budget, 4 * len(points), answer) for seed in range(seeds)]
-        name = f"{algorithm}, repeats answered free (diagnostic)" if answer else algorithm
-        searches[name] = summarise(runs, len(points), budget, target)
+    for algorithm in ("tpe", "random"):
+        runs = [
+            replay(spec, grid, algorithm, seed, target, budget, 4 * len(points), tpe_options) for seed in range(seeds)
+        ]
+        searches[algorithm] = summarise(runs, len(points), budget, target)
     # Sensitivity: the top of the grid is a near-tie within measurement noise, so also looser targets.
     for share in SENSITIVITY:
         for algorithm in ("tpe", "random"):
             runs = [
-                replay(spec, grid, algorithm, seed, share * best["samples_per_s"], budget, 4 * len(points))
+                replay(spec, grid, algorithm, seed, share * best["samples_per_s"], budget, 4 * len(points), tpe_options)
                 for seed in range(seeds)
             ]
             searches[f"{algorithm}, to {share:.0%} of the best"] = summarise(runs, len(points), budget, target)
@@ -434,7 +458,9 @@ def summarise(runs: list[dict[str, Any]], size: int, budget: int, target: float)
         "median_share": statistics.median(trials) / size if len(hits) == len(runs) else None,
         "within_budget": sum(t <= budget for t in trials),
         "median_best_in_budget": statistics.median(r["best_in_budget"] for r in runs),
-        "duplicates": [r["duplicates"] for r in runs],
+        "trained": [r["reached"]["trained"] if r["reached"] else None for r in runs],
+        "repeats": [r["repeats"] for r in runs],
+        "drawn": [r["drawn"] for r in runs],
         "distinct": [r["distinct"] for r in runs],
     }
 
@@ -562,8 +588,8 @@ def report(spec: Any, res: dict[str, Any]) -> str:
         "| search | seeds reaching the target | trials: median (range) | share of grid | trial-s: median (range) "
         f"| seeds within {res['budget_trials']} trials (15%) "
         f"| best feasible in {res['budget_trials']} trials, median "
-        "| repeat proposals, median |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| repeats told from memory, median | unseen drawn, median |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in res["searches"].items():
         rt, rs = s["range_trials"], s["range_trial_seconds"]
@@ -579,8 +605,14 @@ def report(spec: Any, res: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {s['reached']}/{s['seeds']} | {med_t} | {share} | {med_s} | "
             f"{s['within_budget']}/{s['seeds']} | {s['median_best_in_budget']:,.0f} | "
-            f"{statistics.median(s['duplicates']):g} |"
+            f"{statistics.median(s['repeats']):g} | {statistics.median(s['drawn']):g} |"
         )
+    lines.append("")
+    lines += [
+        f"- {name}: trials per seed {['-' if t is None else t for t in s['trials']]}, of which trained "
+        f"{['-' if t is None else t for t in s['trained']]}"
+        for name, s in res["searches"].items()
+    ]
     base = res["baseline"]
     lines += [
         "",
@@ -632,6 +664,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--times", type=int, default=3, help="grid: ... until each has this many measurements")
     parser.add_argument("--seeds", type=int, default=10, help="replay: seeds per algorithm")
     parser.add_argument("--repeats", type=int, default=3, help="overhead: runs of each kind")
+    parser.add_argument(
+        "--tpe-options",
+        type=json.loads,
+        help="replay: TPESampler(seed, **these options) instead of make_sampler's TPE (an experiment; JSON)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
         "--overhead-config",
@@ -652,7 +689,7 @@ def main(argv: list[str] | None = None) -> None:
             return
     res: dict[str, Any] = {}
     if args.what in {"replay", "all"}:
-        res = analyse(spec, read_grid(args.grid), args.seeds)
+        res = analyse(spec, read_grid(args.grid), args.seeds, args.tpe_options)
         if args.what == "all":
             res["confirm"] = confirm(spec, res["best"], res["baseline"], args.repeats)
     if args.what in {"overhead", "all"}:
