@@ -9,8 +9,9 @@
    loss and AUC, and each relative to `full`.
 2. Update path: one embedding table of 2M rows x 64 alone, Zipf ids, 4096 x 26 lookups per step
    (forward, backward and optimizer step), for dense Adam, torch sparse SGD / Adagrad, elastune's
-   row-wise optimizers (embeddings/sparse_optim.py) and FBGEMM's fused CPU kernels; the median
-   time per step over several steps after warm-up.
+   row-wise optimizers on `full`'s lookup (embeddings/sparse_optim.py: `pooled_sum` +
+   `SparseRowOptimizer`, what a run with optimizer.sparse=<kind> uses) and FBGEMM's fused CPU
+   kernels; the median time per step over several steps after warm-up.
 
     python bench/embeddings.py                      # both tables, Markdown to stdout
     python bench/embeddings.py --only update        # one of them: strategies | update
@@ -165,6 +166,23 @@ def _torch_path(sparse: bool, make_opt: Callable[[list[torch.nn.Parameter]], tor
     return step
 
 
+def _elastune_path(kind: str) -> Any:
+    """`full` as a run with optimizer.sparse=<kind> builds it: FullEmbedding's lookup (whose backward
+    sums each distinct row's lookups, sparse_optim.pooled_sum) and SparseRowOptimizer."""
+    from elastune.embeddings.full import FullEmbedding
+
+    emb = FullEmbedding([UPDATE_ROWS], UPDATE_DIM, sparse_grad=True)
+    opt = SparseRowOptimizer(emb.sparse_parameters(), kind, lr=0.01)
+
+    def step(ids: torch.Tensor, upstream: torch.Tensor) -> None:
+        out = emb(ids.view(-1, 1, 1))  # one feature, LOOKUPS bags of one id
+        out.view(-1, UPDATE_DIM).backward(upstream)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def _fbgemm_path(kind: str) -> Any:
     from elastune.embeddings.fbgemm import FbgemmEmbedding
     from elastune.embeddings.sparse_optim import RowUpdate
@@ -183,12 +201,9 @@ UPDATE_PATHS: list[tuple[str, Callable[[], Any]]] = [
     ("dense Adam (torch, fused)", lambda: _torch_path(False, lambda p: torch.optim.Adam(p, lr=0.01, fused=True))),
     ("torch sparse SGD", lambda: _torch_path(True, lambda p: torch.optim.SGD(p, lr=0.01))),
     ("torch sparse Adagrad", lambda: _torch_path(True, lambda p: torch.optim.Adagrad(p, lr=0.01))),
-    ("elastune sgd", lambda: _torch_path(True, lambda p: SparseRowOptimizer(p, "sgd", lr=0.01))),
-    ("elastune adagrad", lambda: _torch_path(True, lambda p: SparseRowOptimizer(p, "adagrad", lr=0.01))),
-    (
-        "elastune rowwise_adagrad",
-        lambda: _torch_path(True, lambda p: SparseRowOptimizer(p, "rowwise_adagrad", lr=0.01)),
-    ),
+    ("elastune sgd", lambda: _elastune_path("sgd")),
+    ("elastune adagrad", lambda: _elastune_path("adagrad")),
+    ("elastune rowwise_adagrad", lambda: _elastune_path("rowwise_adagrad")),
     ("fbgemm sgd (EXACT_SGD)", lambda: _fbgemm_path("sgd")),
     ("fbgemm adagrad (EXACT_ADAGRAD)", lambda: _fbgemm_path("adagrad")),
     ("fbgemm rowwise_adagrad (EXACT_ROWWISE_ADAGRAD)", lambda: _fbgemm_path("rowwise_adagrad")),

@@ -15,6 +15,7 @@ from torch import nn
 
 from elastune.config import EmbeddingConfig
 from elastune.embeddings.base import StrategySpec, register
+from elastune.embeddings.sparse_optim import pooled_sum
 
 __all__ = ["FullEmbedding", "feature_offsets"]
 
@@ -50,6 +51,8 @@ class FullEmbedding(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         batch, features, pooling = ids.shape
         flat = (ids + self.offsets.view(1, -1, 1)).view(batch * features, pooling)
+        if self.bag.sparse:  # for the row optimizers: a gradient of distinct rows (sparse_optim.pooled_sum)
+            return pooled_sum(flat, self.bag.weight).view(batch, features, self.dim)
         return self.bag(flat).view(batch, features, self.dim)
 
     def sparse_parameters(self) -> list[nn.Parameter]:
