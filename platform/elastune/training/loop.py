@@ -30,7 +30,7 @@ from elastune.training.precision import autocast_for, check_precision, grad_scal
 from elastune.workloads import Workload, build_workload
 from elastune.workloads.data import Batch
 
-__all__ = ["Progress", "StepBoundary", "TrainResult", "forward_backward", "train"]
+__all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "forward_backward", "train"]
 
 # Called before each micro-batch's forward with (step, micro_index); tests raise OOM from it.
 FaultHook = Callable[[int, int], None]
@@ -46,6 +46,21 @@ class StepBoundary(Protocol):
     def at_boundary(self, state: LoopState, model: nn.Module) -> None:
         """Before the first step and after every update: may re-split state.micro x state.accum
         (never their product) and resize the model's cached tables."""
+
+
+class DataParallel(Protocol):
+    """This process's place in a data-parallel group (tuning/trial.py runs one per Ray Train
+    worker). Every rank trains the same model on its own share of each step's samples."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The module to run forward/backward through, so gradients are averaged over the group."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -120,6 +135,7 @@ def train(
     fault: FaultHook | None = None,
     boundary: StepBoundary | None = None,
     progress_every: int = 10,
+    parallel: DataParallel | None = None,
 ) -> TrainResult:
     # -- set-up: refuse what cannot run before anything is built
     device = resolve_device(cfg.device)
@@ -145,6 +161,10 @@ def train(
         state = load_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, config=cfg.to_dict())
     effective = state.micro * state.accum  # fixed for the run; OOM recovery only re-splits it
     model.train()
+    # Data parallel: forward/backward go through the wrapper, which averages gradients over the
+    # group in backward; the optimizers, evaluation and checkpoints use the plain module.
+    runner = model if parallel is None else parallel.wrap(model)
+    rank, world = (0, 1) if parallel is None else (parallel.rank, parallel.world_size)
     if boundary is not None:
         _at_boundary(boundary, state, model, effective)  # the grant may be short of this shape already
 
@@ -154,16 +174,23 @@ def train(
     while state.step < cfg.steps:
         if timed_from is None and state.step >= cfg.warmup_steps:
             timed_from = (time.perf_counter(), state.samples)
-        # data: this step's samples, read once, so a retry after OOM redoes exactly them
-        batch = source.read(state.samples, effective).to(device)
+        # data: this step's samples, read once, so a retry after OOM redoes exactly them; each
+        # rank reads its own contiguous share of the group's step (state.samples counts this rank's)
+        batch = source.read(state.samples * world + rank * effective, effective).to(device)
         before_micro = None if fault is None else functools.partial(fault, state.step)
         try:
-            step_loss = forward_backward(model, workload, batch, state.micro, autocast, scaler, before_micro)
+            step_loss = forward_backward(runner, workload, batch, state.micro, autocast, scaler, before_micro)
             if boundary is not None:
                 boundary.check(state)  # over its device-memory grant: an OOM like any other, recovered below
         except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError
             if not is_oom(exc):
                 raise
+            if parallel is not None:
+                # One rank cannot re-split alone: the others would wait for it in the all-reduce.
+                raise OutOfMemory(
+                    f"out of memory at batch.micro={state.micro} in data-parallel rank {rank}: {exc}; "
+                    "a worker group does not re-split the batch, so lower batch.micro or the memory use"
+                ) from exc
             _recover_from_oom(state, opts, device, exc)
             continue
         # update: the only place parameters change
@@ -179,8 +206,13 @@ def train(
             last_loss = float(loss_sum) / loss_steps  # a CPU-GPU sync, once per report
             loss_sum.zero_()
             loss_steps = 0
+            reporting = time.perf_counter()
             on_progress(Progress(state.step, cfg.steps, state.samples, last_loss, _rate(timed_from, state)))
-        if ckpt.every and ckpt.path is not None and state.step % ckpt.every == 0:
+            if timed_from is not None:
+                # A report is the tuner's time, not the config's: leave it out of the timed window (a
+                # worker group's report waits for its Ray Train controller's next poll).
+                timed_from = (timed_from[0] + time.perf_counter() - reporting, timed_from[1])
+        if ckpt.every and ckpt.path is not None and rank == 0 and state.step % ckpt.every == 0:
             save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # queued kernels belong to the timed window
@@ -188,7 +220,7 @@ def train(
     elapsed = time.perf_counter() - timed_from[0] if timed_from else 0.0
     if loss_steps:
         last_loss = float(loss_sum) / loss_steps
-    if ckpt.path is not None:
+    if ckpt.path is not None and rank == 0:  # ranks hold the same weights: one writer
         save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
 
     # -- evaluate, then measure: eval runs at the micro-batch size, inside the memory window
