@@ -173,3 +173,55 @@ def test_cli_bad_spec_exits_2_and_writes_nothing(tmp_path: Path) -> None:
 def test_cli_flags_override_the_spec(tmp_path: Path) -> None:
     parsed = load_sweep_spec(SHIPPED[0], ["budget.max_trials=3", "constraints.memory_ceiling=1GiB"])
     assert parsed.budget.max_trials == 3 and parsed.constraints.memory_ceiling == 2**30
+
+
+def test_workers_per_trial_must_be_at_least_one() -> None:
+    (only,) = problems(spec(resources={"workers_per_trial": 0}))
+    assert only.startswith("resources.workers_per_trial=0")
+
+
+def test_data_parallel_trials_refuse_what_ddp_cannot_average() -> None:
+    raw = spec(
+        parameters={
+            "embedding.strategy": {"type": "choice", "values": ["full", "half"]},
+            "optimizer.sparse": {"type": "choice", "values": ["adam", "rowwise_adagrad"]},
+        },
+        resources={"workers_per_trial": 2, "gpus_per_trial": 0.5},
+        edo={"mode": "off"},
+    )
+    found = problems(raw)
+    assert len(found) == 3, found
+    strategy, sparse, gpus = (
+        next(p for p in found if p.startswith(prefix))
+        for prefix in (
+            "parameters.embedding.strategy.values[1]='half'",
+            "parameters.optimizer.sparse.values[1]='rowwise_adagrad'",
+            "resources.gpus_per_trial=0.5",
+        )
+    )
+    for problem in (strategy, sparse):
+        assert "DDP cannot average it" in problem and "optimizer.sparse=adam" in problem
+        assert "set resources.workers_per_trial: 1" in problem
+    assert "one whole GPU" in gpus
+
+
+def test_data_parallel_base_and_effective_batch_are_checked() -> None:
+    raw = spec(
+        base={**BASE, "optimizer": {"sparse": "sgd"}},
+        constraints={"effective_batch": 256},
+        resources={"workers_per_trial": 3},
+    )
+    found = problems(raw)
+    assert any(p.startswith("base.optimizer.sparse='sgd'") and "DDP" in p for p in found), found
+    assert any(p.startswith("constraints.effective_batch=256") and "workers_per_trial=3" in p for p in found), found
+    # an even split: each worker's share must be divisible by every micro-batch
+    raw = spec(constraints={"effective_batch": 256}, resources={"workers_per_trial": 4})
+    (only,) = problems(raw)
+    assert only.startswith("parameters.batch.micro=[128]") and "share" in only and "64" in only
+
+
+def test_data_parallel_trial_config_is_one_workers_share() -> None:
+    raw = spec(constraints={"effective_batch": 256}, budget={"trial_samples": 2560}, resources={"workers_per_trial": 2})
+    cfg = validate_sweep_spec(raw).trial_config({"batch.micro": 64, "embedding.strategy": "hashed"})
+    # a step is 2 workers x 64 x 2 = 256 samples; 2560 samples are 10 steps
+    assert (cfg.batch.micro, cfg.batch.accum, cfg.steps) == (64, 2, 10)

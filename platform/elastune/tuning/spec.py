@@ -14,7 +14,7 @@ objective: {metric: samples_per_s, mode: max}
 constraints: {memory_ceiling: 1GiB, quality_tolerance: 0.02, effective_batch: 1024}
 budget: {max_trials: 12, max_concurrent: 2, trial_samples: 65536}
 search: {algorithm: tpe, seed: 0, scheduler: asha}
-resources: {cpus_per_trial: 1, gpus_per_trial: 0}
+resources: {cpus_per_trial: 1, gpus_per_trial: 0, workers_per_trial: 1}
 ```
 
 A parameter with `when` is only drawn when every named parameter (drawn before it) took one of the
@@ -139,9 +139,21 @@ class Search(_Section):
 
 
 class Resources(_Section):
-    cpus_per_trial: float = Field(1.0, gt=0, description="CPUs per trial worker.")
-    gpus_per_trial: float = Field(0.0, ge=0, description="GPUs per trial worker; below 1 shares a GPU.")
-    workers_per_trial: int = Field(1, ge=1, le=1, description="Ray Train workers per trial (data parallel: 1 so far).")
+    """What one trial runs on. The CPU and GPU figures are per worker: a trial of N workers takes
+    N x cpus_per_trial CPUs and N x gpus_per_trial GPUs (tuning/trial.py)."""
+
+    cpus_per_trial: float = Field(1.0, gt=0, description="CPUs per worker of a trial.")
+    gpus_per_trial: float = Field(
+        0.0, ge=0, description="GPUs per worker; below 1 shares a GPU (one worker per trial only)."
+    )
+    workers_per_trial: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Data-parallel workers per trial. 1: the trial trains in its own process. N > 1: a Ray Train "
+        "worker group of N torch DDP workers, each with the per-worker CPUs/GPUs; the effective batch is "
+        "micro x accum x N; only configs with dense gradients (optimizer.sparse=adam, torch backend) qualify.",
+    )
 
 
 class EdoSettings(_Section):
@@ -182,13 +194,16 @@ class SweepSpec(_Section):
         return RunConfig.model_validate(self.base)
 
     def trial_config(self, params: Mapping[str, Any]) -> RunConfig:
-        """The base config with `params` (dotted keys) applied, steps set by the budget."""
+        """The base config with `params` (dotted keys) applied, steps set by the budget. With N
+        workers per trial the config is one worker's: the step's batch is micro x accum x N."""
         raw = apply_overrides(self.base, dotted_to_nested(params))
         cfg = RunConfig.model_validate(raw)
+        workers = self.resources.workers_per_trial
         effective = self.constraints.effective_batch
         if effective is not None:
-            raw = apply_overrides(raw, {"batch": {"accum": effective // cfg.batch.micro}})
-        return RunConfig.model_validate(apply_overrides(raw, self._steps_for(cfg, effective or cfg.batch.effective)))
+            raw = apply_overrides(raw, {"batch": {"accum": effective // (cfg.batch.micro * workers)}})
+        steps = self._steps_for(cfg, effective or cfg.batch.effective * workers)
+        return RunConfig.model_validate(apply_overrides(raw, steps))
 
     def reference_config(self) -> RunConfig:
         return self.trial_config(self.constraints.reference)
@@ -198,7 +213,7 @@ class SweepSpec(_Section):
             steps = self.budget.trial_steps
         else:
             base = self.base_config()
-            samples = self.budget.trial_samples or base.steps * base.batch.effective
+            samples = self.budget.trial_samples or base.steps * base.batch.effective * self.resources.workers_per_trial
             steps = max(2, math.ceil(samples / effective))
         # Warm-up stays a small share of the trial so short trials still measure most steps.
         return {"steps": steps, "warmup_steps": min(cfg.warmup_steps, max(1, steps // 5))}
@@ -266,6 +281,7 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
         problems += _value_problems(spec, where, name, param)
         problems += _condition_problems(spec, where, param, names[:index])
     problems += _batch_problems(spec)
+    problems += _parallel_problems(spec)
     if not problems:
         problems += _combination_problems(spec)
     if spec.budget.trial_steps is not None and spec.budget.trial_samples is not None:
@@ -414,15 +430,33 @@ def _batch_problems(spec: SweepSpec) -> list[Problem]:
                 "with constraints.effective_batch set, accumulation is derived (effective / micro); drop it",
             )
         )
+    workers = spec.resources.workers_per_trial
+    share, spread = divmod(effective, workers)  # each data-parallel worker's part of a step
+    if spread:
+        return [
+            *out,
+            Problem(
+                "constraints.effective_batch",
+                effective,
+                f"must split evenly over resources.workers_per_trial={workers} workers; "
+                f"use a multiple of {workers}, e.g. {effective - spread + workers}",
+            ),
+        ]
     micro = spec.parameters.get("batch.micro")
     candidates = micro.values if isinstance(micro, ChoiceParam) else [spec.base_config().batch.micro]
-    bad = [m for m in candidates if not isinstance(m, int) or m <= 0 or effective % m]
+    bad = [m for m in candidates if not isinstance(m, int) or m <= 0 or share % m]
     if bad:
+        what = (
+            f"constraints.effective_batch={effective}"
+            if workers == 1
+            else f"each worker's share of constraints.effective_batch={effective} "
+            f"({share} = {effective} / workers_per_trial {workers})"
+        )
         out.append(
             Problem(
                 "parameters.batch.micro" if micro is not None else "base.batch.micro",
                 bad,
-                f"must divide constraints.effective_batch={effective}; use divisors such as {_divisors(effective)}",
+                f"must divide {what}; use divisors such as {_divisors(share)}",
             )
         )
     if micro is not None and not isinstance(micro, ChoiceParam):
@@ -434,5 +468,81 @@ def _batch_problems(spec: SweepSpec) -> list[Problem]:
     return out
 
 
+def _parallel_problems(spec: SweepSpec) -> list[Problem]:
+    """workers_per_trial > 1 runs torch DDP, which averages the gradients autograd leaves in the
+    parameters' .grad and nothing else. Refused, each with the field, the value and the fix:
+    embedding rows updated elsewhere (a strategy's own row update, FBGEMM's update inside backward)
+    or trained from sparse row gradients; fractional GPUs (nccl runs one rank per device); EDO (it
+    shares one device among single-process trials)."""
+    res = spec.resources
+    workers = res.workers_per_trial
+    if workers == 1:
+        return []
+    fix = f"or set resources.workers_per_trial: 1 (it is {workers})"
+    out = []
+    if res.gpus_per_trial not in (0, 1):
+        out.append(
+            Problem(
+                "resources.gpus_per_trial",
+                res.gpus_per_trial,
+                f"with workers_per_trial={workers}, each data-parallel worker drives one whole GPU (nccl runs "
+                f"one rank per device); set it to 1 (GPUs) or 0 (CPUs), {fix}",
+            )
+        )
+    if spec.edo.mode == "on":
+        out.append(
+            Problem("edo.mode", "on", f"EDO shares a device among single-process trials; set edo.mode: off, {fix}")
+        )
+    for where, value, reason in _gradient_refusals(spec):
+        out.append(
+            Problem(
+                where,
+                value,
+                f"{reason}, so DDP cannot average it over {workers} workers; data-parallel trials need "
+                "optimizer.sparse=adam with a torch-backend strategy (full, hashed, qr, mixed_dim, shared): "
+                f"drop this value, {fix}",
+            )
+        )
+    return out
+
+
+def _gradient_refusals(spec: SweepSpec) -> list[tuple[str, Any, str]]:
+    """(field path, value, why) for each value DDP cannot train with: in the parameters, and in
+    the base wherever a proposal can keep the base's value (no parameter, or a conditional one)."""
+    from elastune.config import SELF_UPDATING
+
+    def why(key: str, value: Any) -> str | None:
+        if key == "embedding.backend" and value != "torch":
+            return "FBGEMM's kernels update the tables inside backward"
+        if key == "embedding.strategy" and value in SELF_UPDATING:
+            return "this strategy updates its own rows outside autograd"
+        if key == "optimizer.sparse" and value != "adam":
+            return "a row-wise optimizer trains from sparse row gradients"
+        return None
+
+    base = spec.base_config()
+    found = []
+    for key in ("embedding.strategy", "embedding.backend", "optimizer.sparse"):
+        param = spec.parameters.get(key)
+        if param is None or param.when:
+            section, field = key.split(".")
+            value = getattr(getattr(base, section), field)
+            reason = why(key, value)
+            if reason:
+                found.append((f"base.{key}", value, reason))
+        if isinstance(param, ChoiceParam):
+            for index, value in enumerate(param.values):
+                reason = why(key, value)
+                if reason:
+                    found.append((f"parameters.{key}.values[{index}]", value, reason))
+        if key in spec.constraints.reference:
+            value = spec.constraints.reference[key]
+            reason = why(key, value)
+            if reason:
+                found.append((f"constraints.reference.{key}", value, reason))
+    return found
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in (2**k for k in range(4, 20)) if d <= n and n % d == 0][-4:]
+    powers = [d for d in (2**k for k in range(4, 20)) if d <= n and n % d == 0][-4:]
+    return powers or [d for d in range(1, n + 1) if n % d == 0][-4:]  # an odd share has no power of 2

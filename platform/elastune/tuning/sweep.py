@@ -23,7 +23,15 @@ from elastune.tuning.progress import SweepCallback
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
 
-__all__ = ["SweepOptions", "check_ceiling", "connect_ray", "new_sweep_id", "run_sweep", "sweeps_home"]
+__all__ = [
+    "SweepOptions",
+    "check_ceiling",
+    "connect_ray",
+    "new_sweep_id",
+    "run_sweep",
+    "sweeps_home",
+    "trial_concurrency",
+]
 
 
 @dataclass
@@ -48,7 +56,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     from ray import tune
 
     from elastune.tracking.mlflow import SweepTracker, load_sweep, resolve_tracking_uri
-    from elastune.tuning.trial import TrialContext
+    from elastune.tuning.trial import TrialContext, WorkerGroupReaper
 
     # -- preflight: every input problem before anything is launched or written
     uri = resolve_tracking_uri(options.tracking_uri)
@@ -68,6 +76,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
             job_id=ray_job_id(),
         )
     connect_ray(options)
+    concurrency = trial_concurrency(spec, options.echo)
     if spec.uses_edo:
         from elastune.memory.broker import ensure_broker
 
@@ -88,7 +97,8 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
         tracker.log_trial(record, reference)
         tracker.update_sweep(record)
 
-    # -- the search: Optuna proposes, the estimator screens, Ray Train runs, ASHA prunes
+    # -- the search: Optuna proposes, the estimator screens, the engine runs (a Ray Train worker
+    # group when a trial has several workers), ASHA prunes
     context = TrialContext(
         spec=record.spec,
         reference_logloss=record.reference_logloss,
@@ -102,8 +112,10 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     else:
         tuner = tune.Tuner(
             trainable,
-            tune_config=_tune_config(spec, record.sweep_id),
-            run_config=tune.RunConfig(name=record.sweep_id, storage_path=str(home), callbacks=[callback], verbose=0),
+            tune_config=_tune_config(spec, record.sweep_id, concurrency),
+            run_config=tune.RunConfig(
+                name=record.sweep_id, storage_path=str(home), callbacks=[callback, WorkerGroupReaper()], verbose=0
+            ),
         )
     started = time.time()
     tuner.fit()
@@ -119,14 +131,53 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
 def _trainable(context: Any) -> Any:
     from ray import tune
 
-    from elastune.tuning.trial import run_trial
+    from elastune.tuning.trial import DRIVER_MEMORY, run_trial
 
     res = SweepSpec.model_validate(context.spec).resources
-    resources = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if res.gpus_per_trial else {})}
+    resources: dict[str, float] = {"CPU": res.cpus_per_trial}
+    if res.gpus_per_trial:
+        resources["GPU"] = res.gpus_per_trial
+    if res.workers_per_trial > 1:
+        # The trial only drives its worker group, which Ray Train places with the CPUs/GPUs itself
+        # (a placement group of its own, outside Tune's); a CPU here would be one the workers
+        # cannot have. Tune refuses an empty request: a little memory, what a driver uses.
+        resources = {"memory": DRIVER_MEMORY}
     return tune.with_resources(tune.with_parameters(run_trial, context=context), resources)
 
 
-def _tune_config(spec: SweepSpec, sweep_id: str) -> Any:
+def trial_concurrency(spec: SweepSpec, echo: Callable[[str], None]) -> int:
+    """Trials at once: budget.max_concurrent, or fewer when that many worker groups do not fit in
+    the cluster (Tune does not count a group's resources: more trials would only wait for them).
+    Raises InputError when not even one group fits. Needs a connected Ray."""
+    import ray
+
+    res = spec.resources
+    workers = res.workers_per_trial
+    if workers == 1:
+        return spec.budget.max_concurrent
+    need = {"CPU": workers * res.cpus_per_trial}
+    if res.gpus_per_trial:
+        need["GPU"] = workers * res.gpus_per_trial
+    have = ray.cluster_resources()
+    fits = min(int(have.get(kind, 0) // amount) for kind, amount in need.items())
+    group = f"{workers} workers x {res.cpus_per_trial:g} CPU" + (
+        f" + {res.gpus_per_trial:g} GPU" if res.gpus_per_trial else ""
+    )
+    if fits == 0:
+        raise InputError(
+            f"resources: a trial's worker group ({group}) needs {need} but the cluster has "
+            f"{ {k: have.get(k, 0) for k in need} }; lower resources.workers_per_trial or the per-worker "
+            "CPUs/GPUs, or add nodes"
+        )
+    if fits < spec.budget.max_concurrent:
+        echo(
+            f"resources: {fits} worker group(s) of {group} fit in this cluster; {fits} trial(s) at a time "
+            f"(budget.max_concurrent={spec.budget.max_concurrent})"
+        )
+    return min(fits, spec.budget.max_concurrent)
+
+
+def _tune_config(spec: SweepSpec, sweep_id: str, concurrency: int) -> Any:
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
     from ray.tune.search import ConcurrencyLimiter
@@ -147,12 +198,12 @@ def _tune_config(spec: SweepSpec, sweep_id: str) -> Any:
             reduction_factor=spec.search.reduction_factor,
         )
     return tune.TuneConfig(
-        search_alg=ConcurrencyLimiter(searcher, max_concurrent=spec.budget.max_concurrent),
+        search_alg=ConcurrencyLimiter(searcher, max_concurrent=concurrency),
         scheduler=scheduler,
         num_samples=-1,  # the searcher ends the sweep: screened proposals count, Ray trials alone would not
         time_budget_s=spec.budget.time_limit_s,
         trial_dirname_creator=trial_dirname,
-        max_concurrent_trials=spec.budget.max_concurrent,
+        max_concurrent_trials=concurrency,
     )
 
 
@@ -165,8 +216,10 @@ def _run_reference(
     spec: SweepSpec, record: SweepRecord, trainable: Any, home: Path, echo: Callable[[str], None]
 ) -> TrialRecord:
     """Train the reference config once, as a one-trial Tune run of the same trainable, so it is
-    measured on the same Ray Train path as every trial."""
+    measured on the same path (one process, or a worker group) as every trial."""
     from ray import tune
+
+    from elastune.tuning.trial import WorkerGroupReaper
 
     cfg = spec.reference_config()
     echo(
@@ -177,7 +230,9 @@ def _run_reference(
         trainable,
         param_space=dict(spec.constraints.reference),
         tune_config=tune.TuneConfig(num_samples=1),
-        run_config=tune.RunConfig(name=f"{record.sweep_id}-reference", storage_path=str(home), verbose=0),
+        run_config=tune.RunConfig(
+            name=f"{record.sweep_id}-reference", storage_path=str(home), callbacks=[WorkerGroupReaper()], verbose=0
+        ),
     )
     metrics = dict(tuner.fit()[0].metrics or {})
     trial = trial_record_from_metrics("reference", -1, dict(spec.constraints.reference), cfg.to_dict(), metrics)

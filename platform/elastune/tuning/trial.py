@@ -1,15 +1,34 @@
-"""One trial: a Ray Tune function trainable that runs the engine.
+"""One trial: a Ray Tune function trainable that runs the engine, in its own process or as a Ray
+Train worker group.
 
-Ray places each trial with the spec's resources (CPUs, and a GPU share that may be fractional) and
-the trial runs `training.loop.train` in that process, exactly what `elastune train` runs. It
-reports to Tune at every progress point (throughput: ASHA's rungs), then once more with the final
-figures and the constraint values the sampler learns from.
+`resources.workers_per_trial: 1` (the default): Ray places the trial with the spec's resources
+(CPUs, and a GPU share that may be fractional) and the trial runs `training.loop.train` in that
+process, exactly what `elastune train` runs. This path stays for one worker because it is much
+cheaper (a Ray Train run starts six more Ray processes: controller, report queue, synchronization
+actor, dataset manager, preemption watcher and the worker; 20-35 s per trial on a busy 2-core
+machine), the process's memory measurement is the trial's own, and EDO's device sharing works on it.
 
-Why not a Ray Train worker group per trial: on Ray 2.60 a trial stopped by ASHA left its Train
-controller and workers holding their CPUs, and the next trials waited for them forever (seen on
-a 2-CPU machine). One process per trial is also what keeps the trial's memory measurement
-(its own resident set or CUDA allocator) clean. Data parallelism across GPUs within one trial is
-therefore not offered yet (`resources.workers_per_trial` is 1).
+`workers_per_trial: N > 1`: the trial process is only the driver of a Ray Train (V2) run: it fits a
+`TorchTrainer` whose N workers each run `train` on 1/N of every step's samples, with gradients
+averaged by torch DDP (gloo on CPUs, nccl on GPUs). `cpus_per_trial` / `gpus_per_trial` are per
+worker; the driver itself asks Tune for no CPU (a little memory only), so the workers' CPUs are
+free for the worker group. Reports carry the group's figures: samples/s summed over the workers,
+measured peak the largest worker's (memory is per device), the estimate per worker, and each
+worker's `world_size`. Only configs whose gradients DDP all-reduces run on a group (the spec's
+validation refuses the others: tuning/spec.py).
+
+Stopping a group's trial (ASHA, or its final report reaching ASHA's max_t) used to hang the sweep:
+Tune ends the trial actor while `fit()` is still running, the Train controller and its workers die
+with it (they are owned by it), but the workers' placement group is not owned by anything that
+died: Ray keeps it reserved for the life of the job, so every later trial's worker group waited
+for those CPUs forever. Ray 2.60's own safety net (a detached PlacementGroupCleaner actor) asks the
+Ray state API, which needs the dashboard and finds the cluster by address discovery: without a
+dashboard, or with several Ray instances on one host, its thread dies and the placement group and
+the cleaner actor both stay. So here the Tune driver owns the clean-up: each worker group reports
+its placement group's id, and `WorkerGroupReaper` (a Tune callback in the sweep's driver) removes
+it when Tune ends the trial, however it ends; the cleaner actor is not started. (A trial ended
+before its first report, e.g. by the sweep's time limit, has told nobody its id: that group's
+placement group stays until the Ray job ends.)
 
 Untyped dicts exist here only because Ray hands them over; the first thing each function does is
 turn them back into a RunConfig / SweepSpec.
@@ -17,16 +36,29 @@ turn them back into a RunConfig / SweepSpec.
 
 from __future__ import annotations
 
+import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from ray.tune import Callback
 
 from elastune.config import RunConfig
 
-__all__ = ["FINAL_KEY", "TrialContext", "final_metrics", "oom_metrics", "run_trial"]
+__all__ = [
+    "FINAL_KEY",
+    "GROUP_KEY",
+    "TrialContext",
+    "WorkerGroupReaper",
+    "final_metrics",
+    "oom_metrics",
+    "run_trial",
+]
 
 FINAL_KEY = "elastune_final"  # present (True) only in a trial's last report: it ran to the end
 META_PREFIX = "elastune_"  # keys the searcher adds to a trial's config (number, estimate)
+GROUP_KEY = "train_placement_group"  # a worker group's reports: its placement group's id (hex)
+DRIVER_MEMORY = 256 * 2**20  # what a worker group's driver asks Tune for instead of a CPU
 
 
 @dataclass(frozen=True)
@@ -39,8 +71,8 @@ class TrialContext:
 
 
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
-    """Tune's function trainable: build this proposal's RunConfig and run the engine in this trial
-    process, which Ray placed with the trial's CPUs and (possibly fractional) GPU share."""
+    """Tune's function trainable: build this proposal's RunConfig and run the engine, in this
+    trial process (one worker) or on a Ray Train worker group (several)."""
     from ray import tune
 
     from elastune.training.loop import OutOfMemory, train
@@ -49,19 +81,12 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     spec = SweepSpec.model_validate(context.spec)
     cfg = spec.trial_config({k: v for k, v in config.items() if not k.startswith(META_PREFIX)})
     limits = _limits(cfg, spec, context)
+    if spec.resources.workers_per_trial > 1:
+        _run_worker_group(cfg, spec, limits)
+        return
 
     def report(p: Any) -> None:
-        tune.report(
-            {
-                "samples": p.samples,
-                "step": p.step,
-                # ASHA's clock: share of this trial's steps. Capped at 99 so reaching max_t=100 (which
-                # ASHA answers with STOP) only happens in the final report, after evaluation.
-                "progress_pct": min(99, int(100 * p.step / p.steps)),
-                "loss": p.loss,
-                "samples_per_s": p.samples_per_s or 0.0,  # 0 during warm-up, before a rate exists
-            }
-        )
+        tune.report(progress_metrics(p))
 
     try:
         if context.edo:
@@ -72,6 +97,20 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
         tune.report(oom_metrics(cfg, str(exc)))
         return
     tune.report(final_metrics(result, limits))
+
+
+def progress_metrics(p: Any, samples_per_s: float | None = None, samples: int | None = None) -> dict[str, Any]:
+    """A progress report (ASHA's rungs); a worker group passes its totals."""
+    return {
+        "samples": p.samples if samples is None else samples,
+        "step": p.step,
+        # ASHA's clock: share of this trial's steps. Capped at 99 so reaching max_t=100 (which
+        # ASHA answers with STOP) only happens in the final report, after evaluation.
+        "progress_pct": min(99, int(100 * p.step / p.steps)),
+        "loss": p.loss,
+        # 0 during warm-up, before a rate exists
+        "samples_per_s": (p.samples_per_s or 0.0) if samples_per_s is None else samples_per_s,
+    }
 
 
 def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) -> Any:
@@ -106,6 +145,157 @@ def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) 
         trial_id=trial_id, device=name, demand=plan_demand(cfg), probe=probe, timeout_s=spec.edo.acquire_timeout_s
     ) as boundary:
         return train(cfg, probe=probe, boundary=boundary, on_progress=report, progress_every=report_every)
+
+
+# ---------------------------------------------------------------------------------------------
+# Several workers: a Ray Train worker group per trial.
+
+
+def _run_worker_group(cfg: RunConfig, spec: Any, limits: dict[str, Any]) -> None:
+    """Fit a TorchTrainer of `workers_per_trial` workers from this (driver) trial process. Its
+    workers report to Tune through Ray Train's TuneReportCallback (rank 0's report: the group's)."""
+    from ray import train, tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    # A worker's report waits for the controller's next poll of the group (every 2 s by default);
+    # at ~10 reports a trial that is 20 s of waiting. This process only drives the group.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+    res = spec.resources
+    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if res.gpus_per_trial else {})}
+    trainer = _trainer_class()(
+        _train_worker,
+        train_loop_config={"config": cfg.to_dict(), "limits": limits},
+        scaling_config=train.ScalingConfig(
+            num_workers=res.workers_per_trial, use_gpu=res.gpus_per_trial > 0, resources_per_worker=per_worker
+        ),
+        run_config=train.RunConfig(
+            name="train",
+            storage_path=tune.get_context().get_trial_dir(),
+            callbacks=[TuneReportCallback()],  # type: ignore[list-item]  # a Train callback; ray's hint says Tune's
+            # A failed worker fails the trial (Tune records it); restarting the group would only
+            # repeat a deterministic failure such as an OOM.
+            failure_config=train.FailureConfig(max_failures=0),
+        ),
+    )
+    try:
+        trainer.fit()
+    except train.TrainingFailedError as exc:
+        oom = _worker_oom(exc)
+        if oom is None:
+            raise
+        tune.report(oom_metrics(cfg, oom))
+
+
+def _train_worker(loop_config: dict[str, Any]) -> None:
+    """One Ray Train worker: `train` on this rank's share of each step; reports the group's totals
+    (all workers report at the same steps: `ray.train.report` is a barrier, so are the reductions)."""
+    import ray
+    import torch.distributed as dist
+    from ray import train as ray_train
+    from ray.train.torch import get_device
+
+    from elastune.training.loop import train
+    from elastune.training.precision import resolve_device
+
+    cfg = RunConfig.model_validate(loop_config["config"])
+    if resolve_device(cfg.device).type == "cuda":
+        # Ray Train shows a node's workers all of their GPUs; each rank takes its own.
+        cfg = RunConfig.model_validate({**cfg.to_dict(), "device": str(get_device())})
+    limits = loop_config["limits"]
+    ctx = ray_train.get_context()
+    world = ctx.get_world_size()
+    group = _TorchDDP(rank=ctx.get_world_rank(), world_size=world)
+    pg = ray.util.get_current_placement_group()
+    who = {"world_size": world, GROUP_KEY: pg.id.hex() if pg is not None else None}
+
+    def report(p: Any) -> None:
+        (rate,) = _group_reduce([p.samples_per_s or 0.0], dist.ReduceOp.SUM)
+        ray_train.report({**progress_metrics(p, samples_per_s=rate, samples=p.samples * world), **who})
+
+    result = train(cfg, on_progress=report, progress_every=limits["report_every"], parallel=group)
+    (rate,) = _group_reduce([result.samples_per_s], dist.ReduceOp.SUM)
+    (peak,) = _group_reduce([float(result.peak_memory_bytes)], dist.ReduceOp.MAX)
+    total = replace(result, samples_per_s=rate, peak_memory_bytes=int(peak), samples=result.samples * world)
+    ray_train.report({**final_metrics(total, limits), **who})
+
+
+@dataclass(frozen=True)
+class _TorchDDP:
+    """training.loop.DataParallel with torch DDP over the process group Ray Train set up."""
+
+    rank: int
+    world_size: int
+
+    def wrap(self, model: Any) -> Any:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # The module is on this rank's device already (one device per rank: no device_ids needed).
+        return DistributedDataParallel(model)
+
+
+def _group_reduce(values: list[float], op: Any) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    # nccl reduces CUDA tensors only; gloo CPU ones. float64: byte counts stay exact.
+    on_gpu = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=op)
+    return [float(v) for v in tensor.tolist()]
+
+
+def _worker_oom(exc: BaseException) -> str | None:
+    """The message of a worker's unrecoverable OOM inside a failed Train run, else None."""
+    from elastune.training.loop import OutOfMemory
+
+    for failure in (getattr(exc, "worker_failures", None) or {}).values():
+        cause: BaseException | None = failure
+        while cause is not None:
+            if isinstance(cause, OutOfMemory):
+                return str(cause)
+            cause = cause.__cause__
+    return None
+
+
+def _trainer_class() -> Any:
+    """TorchTrainer without Ray's PlacementGroupCleaner (see the module docstring: the sweep's
+    WorkerGroupReaper removes the placement group; the cleaner would only leak itself here)."""
+    from ray.train.torch import TorchTrainer
+
+    class Trainer(TorchTrainer):
+        def _create_default_callbacks(self) -> list[Any]:
+            callbacks = super()._create_default_callbacks()  # type: ignore[misc]  # Train V2's (mypy sees V1's)
+            return [cb for cb in callbacks if type(cb).__name__ != "PlacementGroupCleanerCallback"]
+
+    return Trainer
+
+
+class WorkerGroupReaper(Callback):
+    """In the sweep's driver: when Tune ends a trial (finished, stopped by the scheduler, errored),
+    remove the placement group its worker group reported. A group that ended by itself removed it
+    already (removing it again does nothing); one whose trial was stopped mid-`fit()` did not, and
+    its CPUs/GPUs would stay reserved for the rest of the job. Removing a placement group also ends
+    any actor still in it."""
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._reap(trial)
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self._reap(trial)
+
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        for trial in trials:  # those the sweep's time limit stopped get no on_trial_complete
+            self._reap(trial)
+
+    @staticmethod
+    def _reap(trial: Any) -> None:
+        import ray
+        from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+        group = (trial.last_result or {}).get(GROUP_KEY)
+        if group:
+            remove_placement_group(PlacementGroup(ray.PlacementGroupID.from_hex(group)))
 
 
 def _limits(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
