@@ -99,8 +99,9 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
             "embedding": _scaled_cache(cfg, fraction),
         }
     )
-    want = estimate(cfg).peak_bytes
-    return Demand(want, min(estimate(small).peak_bytes, want), smallest, fraction)
+    # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart
+    want = estimate(cfg, virtual=True).peak_bytes
+    return Demand(want, min(estimate(small, virtual=True).peak_bytes, want), smallest, fraction)
 
 
 @contextmanager

@@ -11,17 +11,22 @@ The traced peak counts tensors only. What a device really holds is more, and dif
 the overhead model below adds it and is calibrated against measured peaks (bench/estimator.py,
 figures in bench/RESULTS.md):
 
-- CPU (`cpu_rss_hwm`, resident-set high-water mark): glibc serves blocks under an adaptive
-  threshold (at most 32 MiB) from heap arenas that it does not hand back at once, and larger ones
-  with mmap, returned on free. So the resident peak exceeds the traced peak by a fixed amount
-  (runtime, autograd bookkeeping, the data stream's chunk cache, heap slack), about the step's
-  activations again (their freed heap blocks stay resident), and, in fp32 runs, about one more
-  copy of the largest block when it is small enough for the heap (a table under 32 MiB: its
-  gradient and optimizer temporaries leave holes). The three coefficients are a least-squares fit
-  to the highest of three fresh 50-step runs per config (bench/estimator.py). Tables over 32 MiB
-  dominate large configs and are predicted within a few percent by the trace alone; small configs
-  carry the model's error and the run-to-run spread of the resident peak (up to ±15% between
-  identical ~150 MiB runs; see bench/RESULTS.md).
+- CPU (`cpu_rss_hwm`, resident-set high-water mark). The probe pins glibc's malloc
+  (memory/probe.py, `pin_heap`): blocks under 32 MiB come from a heap that is never trimmed, larger
+  ones are mapped and returned on free. Left adaptive, glibc made the same run's peak bimodal (98
+  or 135 MiB), which no model can predict. In the pinned regime the resident peak exceeds the
+  traced peak by a fixed amount (runtime, autograd bookkeeping, the data stream, kernels' own
+  scratch buffers the trace cannot see), about the step's activations again (freed activation
+  blocks leave holes the heap does not reuse at once), and ~1% of the traced bytes (page and
+  chunk rounding). The three coefficients are a least-squares fit to bench/estimator.py's 16
+  configs in the pinned regime (14/16 within ±10% when each config is left out of its own fit);
+  identical pinned runs still differ by up to ~10% on small configs (threads allocate in their
+  own arenas), so small configs carry that spread. Tables over 32 MiB dominate large configs and
+  are predicted within a few percent by the trace alone.
+- Virtual device (`virtual=True`: what EDO's `VirtualProbe` measures on CPU). That probe maps
+  every block of 256 KiB or more and returns it on free, so its resident set follows the live
+  tensors: a step's peak is the traced peak plus a nearly constant 7 MiB (runtime, small blocks),
+  measured within ±3 MiB over bench/edo.py's 16 shapes.
 - CUDA (`cuda_reserved`, the caching allocator's reserved peak above the probe's baseline): the
   trace's allocations and frees are replayed, in order, through a model of PyTorch's caching
   allocator (`_CudaCachingAllocator`: 512-byte rounding, 2 MiB segments for blocks up to 1 MiB,
@@ -69,10 +74,10 @@ PARTS = ("parameters", "gradients", "optimizer_state", "activations", "other")
 _MiB = 2**20
 # glibc (64-bit) serves a block from the heap once its adaptive mmap threshold has risen past the
 # block's size, which it does up to this cap; larger blocks are always mmapped and returned on free.
-_GLIBC_MMAP_MAX = 32 * _MiB
-_CPU_FIXED = 47.5 * _MiB  # runtime, autograd bookkeeping, the data stream's chunk cache, heap slack
-_CPU_ACTIVATION_SHARE = 1.12  # heap blocks of freed activations that glibc keeps resident
-_CPU_HEAP_BLOCK_SHARE = 0.88  # fp32 runs: one more copy of the largest block when it is heap-sized
+_CPU_FIXED = 43.2 * _MiB  # runtime, autograd bookkeeping, the data stream, kernels' scratch
+_CPU_ACTIVATION_SHARE = 1.05  # holes freed activation blocks leave in the heap
+_CPU_TRACED_SHARE = 0.008  # page and chunk rounding of everything traced
+_VIRTUAL_FIXED = 7 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
 
 
 @dataclass(frozen=True)
@@ -94,8 +99,9 @@ class Estimate:
         }
 
 
-def estimate(cfg: RunConfig, device: torch.device | None = None) -> Estimate:
-    """Predicted peak memory of training `cfg` (as `elastune train` would measure it)."""
+def estimate(cfg: RunConfig, device: torch.device | None = None, *, virtual: bool = False) -> Estimate:
+    """Predicted peak memory of training `cfg` (as `elastune train` would measure it; with
+    `virtual`, on CPU, as EDO's virtual device measures it)."""
     started = time.perf_counter()
     device = device or resolve_device(cfg.device)
     cuda = device.type == "cuda"
@@ -105,12 +111,11 @@ def estimate(cfg: RunConfig, device: torch.device | None = None) -> Estimate:
     if cuda:
         assert tracker.cuda is not None
         other = max(0, tracker.cuda.peak_reserved - traced)
+    elif virtual:
+        other = _VIRTUAL_FIXED
     else:
         activations = max(0, tracker.transient_peak - tracker.grad_bytes)
-        heap_block = tracker.largest_block if tracker.largest_block < _GLIBC_MMAP_MAX else 0
-        if cfg.precision != "fp32":
-            heap_block = 0  # measured: low-precision runs keep their heap compact
-        other = int(_CPU_FIXED + _CPU_ACTIVATION_SHARE * activations + _CPU_HEAP_BLOCK_SHARE * heap_block)
+        other = int(_CPU_FIXED + _CPU_ACTIVATION_SHARE * activations + _CPU_TRACED_SHARE * traced)
     breakdown = {**parts, "other": other}
     return Estimate(
         peak_bytes=sum(breakdown.values()),
@@ -180,7 +185,6 @@ class _LiveBytes(TorchDispatchMode):
         self._serial = 0
         self.transient_peak = self._transient_base = self._transient_top = 0
         self.grad_bytes = 0  # bytes of all gradients of one step (set by `mark`)
-        self.largest_block = 0  # the largest single allocation of the trace
         self._at_peak: dict[int, int] = {}  # serial -> bytes, live at the peak
         self._roles: dict[int, str] = {}  # serial -> parameters | gradients | optimizer_state
 
@@ -235,7 +239,6 @@ class _LiveBytes(TorchDispatchMode):
         if self.cuda is not None:
             self.cuda.malloc(size if cuda_bytes is None else cuda_bytes, key)
         self.current += size
-        self.largest_block = max(self.largest_block, size)
         self._transient_top = max(self._transient_top, self.current)
         if self.current > self.peak:
             self.peak = self.current

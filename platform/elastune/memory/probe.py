@@ -9,7 +9,8 @@ What each probe measures (ARCHITECTURE.md, "Memory"):
   bytes (what the allocator holds from the driver, cache included). Both are reported.
 - CPU: the process's resident-memory high-water mark (VmHWM) above the resident set at `reset()`.
   Linux lets a process reset its own high-water mark (`/proc/self/clear_refs`, value 5), so the
-  peak is of the measured window only, never of what ran before.
+  peak is of the measured window only, never of what ran before. The probe also pins glibc's
+  malloc to one fixed regime (`pin_heap`), without which the same run's peak is not reproducible.
 - Virtual (EDO on a machine without a GPU): a device of configured capacity whose use is this
   process's CPU figures above. See `VirtualProbe`.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,8 +92,12 @@ class CpuProbe:
         self._baseline = 0
         self._resettable = True
         self._run_peak = 0  # the highest of the closed windows (window_peak resets VmHWM)
+        pin_heap()
 
     def reset(self) -> None:
+        # Free heap pages an earlier run in this process left resident would otherwise sit in the
+        # baseline and serve this run's first allocations unseen (a trial process runs many runs).
+        trim_heap()
         self._clear_hwm()
         self._baseline = self._status_kib("VmRSS") * 1024
         self._run_peak = 0
@@ -206,7 +212,10 @@ class VirtualProbe:
     therefore fixes the threshold (mallopt) so that every block of 256 KiB or more is mapped on
     allocation and unmapped on free: after a shrink the next step's peak is the smaller one. Blocks
     under the threshold still churn in the heap (a small, bounded part). On a C library without
-    mallopt the figures are still real, only sticky.
+    mallopt the figures are still real, only sticky. This is a different regime from `CpuProbe`'s
+    (`pin_heap`, which this one overrides): the resident set follows the live tensors within a few
+    MiB, step by step, which EDO's control loop needs, at the price of page faults on every large
+    allocation (slow on some VMs). The estimator prices each regime (memory/estimate.py).
 
     The limit is not enforced by the device (there is none): the client compares each step's peak
     with it at the step boundary (`enforces_limit = False`).
@@ -248,12 +257,49 @@ class VirtualProbe:
 
 _MMAP_THRESHOLD_BYTES = 256 * 1024
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
+HEAP_MMAP_THRESHOLD = 32 * 2**20  # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
+_NEVER_TRIM = 2**31 - 1  # mallopt takes an int
+
+
+def pin_heap() -> bool:
+    """Fix glibc's malloc to one regime for the rest of the process, so that a run's resident peak
+    is a reproducible function of what it allocates. Returns False where there is no mallopt.
+
+    By default glibc adapts: its mmap threshold starts at 128 KiB and rises to the size of each
+    mmapped block freed (up to 32 MiB), and the heap's free top is trimmed at twice that. Whether a
+    20 MiB gradient is mapped or carved from the heap then depends on the order of earlier frees,
+    and identical runs measured 98 and 135 MiB (bench/RESULTS.md). Pinned: blocks under 32 MiB
+    always come from the heap, which is never trimmed (a steady run reuses it, paying no page
+    faults), and larger ones are always mapped and returned on free. Mapping everything over a
+    small threshold would be reproducible too, but each fresh mapping pays its page faults: 70 ms
+    per 20 MiB block on this kind of VM against 3 ms reused.
+    """
+    libc = _libc()
+    if libc is None:
+        return False
+    # Setting either parameter also switches off glibc's adaptive threshold.
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)
+    )
+
+
+def trim_heap() -> None:
+    """Hand the heap's free pages back to the system, so the resident set falls to what is live."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+@functools.cache  # find_library runs ldconfig: once per process
+def _libc() -> ctypes.CDLL | None:
+    path = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(path) if path else None
+    return libc if libc is not None and hasattr(libc, "mallopt") else None
 
 
 def _map_large_blocks() -> None:
-    path = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(path) if path else None
-    if libc is None or not hasattr(libc, "mallopt"):
+    libc = _libc()
+    if libc is None:
         return
     # A fixed threshold also switches off glibc's adaptive one; trimming at the same size returns
     # the heap's free top to the system instead of keeping it resident.
