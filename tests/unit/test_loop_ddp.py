@@ -1,0 +1,56 @@
+"""The engine's data-parallel seam (training/loop.py `parallel=`): a group of ranks that each train
+on their share of every step equals one process training on the whole step (what lets a sweep's
+trial run as a Ray Train worker group; tuning/trial.py)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from elastune.config import load_run_config
+from elastune.training.loop import train
+from torch.nn.parallel import DistributedDataParallel
+
+from tests.conftest import TINY
+
+WORLD = 2
+
+
+class _Group:
+    def __init__(self, rank: int) -> None:
+        self.rank, self.world_size = rank, WORLD
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return DistributedDataParallel(model)
+
+
+def _rank(rank: int, store_path: str, overrides: list[str], out: str) -> None:
+    torch.set_num_threads(1)
+    # A file store: the ranks meet through the file system, no socket is opened.
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD)
+    try:
+        result = train(load_run_config(None, [*TINY, *overrides]), parallel=_Group(rank))
+        torch.save({"logloss": result.val_logloss, "samples": result.samples}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.skipif(not dist.is_available() or sys.platform != "linux", reason="needs torch.distributed (gloo)")
+@pytest.mark.parametrize("strategy", ["full", "hashed"])
+def test_two_ranks_of_half_the_batch_equal_one_process_of_the_whole(strategy: str, tmp_path: Path) -> None:
+    overrides = [f"embedding.strategy={strategy}", "batch.accum=2"]
+    per_rank = [*overrides, "batch.micro=32"]  # x 2 ranks = micro 64 x accum 2 per step
+    out = str(tmp_path / "rank")
+    with tempfile.NamedTemporaryFile(dir=tmp_path, delete=False) as store:
+        mp.spawn(_rank, args=(store.name, per_rank, out), nprocs=WORLD, join=True)
+    ranks = [torch.load(f"{out}.{r}") for r in range(WORLD)]
+    alone = train(load_run_config(None, [*TINY, *overrides, "batch.micro=64"]))
+
+    assert ranks[0]["logloss"] == pytest.approx(ranks[1]["logloss"], abs=1e-7)  # the ranks stay in step
+    assert ranks[0]["logloss"] == pytest.approx(alone.val_logloss, abs=1e-6)
+    assert ranks[0]["samples"] * WORLD == alone.samples
