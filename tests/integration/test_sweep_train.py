@@ -136,3 +136,22 @@ def test_no_worker_group_is_left_behind(
 
     wait_until(lambda: not left() and not reserved(), 60, "the worker groups' actors and placement groups to go")
     assert ray.available_resources().get("CPU") == 2.0
+
+
+def test_the_groups_rendezvous_store_listens_on_the_node_address_only(ray_loopback_gloo: Any) -> None:
+    # torch's own env:// rendezvous would listen on every interface; the group's store binds the
+    # address Ray knows the node by (127.0.0.1 here). Checked in a Ray worker, where rank 0 runs.
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def listening_addresses() -> list[str]:
+        from elastune.tuning.trial import _host_group_store
+
+        address, port = _host_group_store(world_size=1)
+        rows = [line.split() for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]]
+        # local address "0100007F:PORT" (hex, little-endian IPv4), state 0A = LISTEN
+        return [r[1] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == port] + [address]
+
+    *listening, address = ray.get(listening_addresses.remote())
+    assert address == "127.0.0.1"
+    assert listening == ["0100007F:" + listening[0].split(":")[1]], listening  # one socket, on 127.0.0.1

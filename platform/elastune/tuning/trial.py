@@ -11,7 +11,8 @@ machine), the process's memory measurement is the trial's own, and EDO's device 
 `workers_per_trial: N > 1`: the trial process is only the driver of a Ray Train (V2) run: it fits a
 `TorchTrainer` whose N workers each run `train` on 1/N of every step's samples, with gradients
 averaged by torch DDP (gloo on CPUs, nccl on GPUs). `cpus_per_trial` / `gpus_per_trial` are per
-worker; the driver itself asks Tune for no CPU (a little memory only), so the workers' CPUs are
+worker (the group's rendezvous store listens on rank 0's node address only, not on every
+interface as torch's own would: `_node_bound_torch_config`); the driver itself asks Tune for no CPU (a little memory only), so the workers' CPUs are
 free for the worker group. Reports carry the group's figures: samples/s summed over the workers,
 measured peak the largest worker's (memory is per device), the estimate per worker, and each
 worker's `world_size`. Only configs whose gradients DDP all-reduces run on a group (the spec's
@@ -165,6 +166,7 @@ def _run_worker_group(cfg: RunConfig, spec: Any, limits: dict[str, Any]) -> None
     trainer = _trainer_class()(
         _train_worker,
         train_loop_config={"config": cfg.to_dict(), "limits": limits},
+        torch_config=_node_bound_torch_config("nccl" if res.gpus_per_trial > 0 else "gloo"),
         scaling_config=train.ScalingConfig(
             num_workers=res.workers_per_trial, use_gpu=res.gpus_per_trial > 0, resources_per_worker=per_worker
         ),
@@ -269,6 +271,86 @@ def _trainer_class() -> Any:
             return [cb for cb in callbacks if type(cb).__name__ != "PlacementGroupCleanerCallback"]
 
     return Trainer
+
+
+def _node_bound_torch_config(backend: str) -> Any:
+    """Ray Train's TorchConfig, except that the group's rendezvous store listens on rank 0's node
+    address only. torch's `env://` / `tcp://` rendezvous starts its TCPStore server on every
+    interface of the node; here rank 0 binds the socket itself, to the address Ray knows its node
+    by (127.0.0.1 for a local Ray), and hands it to the store (`master_listen_fd`). The process
+    group is then made from that store: the same gloo / nccl group, nothing else listens."""
+    from ray.train.torch import TorchConfig
+    from ray.train.torch.config import _TorchBackend
+
+    class Backend(_TorchBackend):  # on_shutdown (destroying the group) is Ray's own
+        def on_start(self, worker_group: Any, backend_config: Any) -> None:
+            import ray
+
+            n = len(worker_group)
+            address, port = worker_group.execute_single(0, _host_group_store, world_size=n)
+            ray.get(
+                [
+                    worker_group.execute_single_async(
+                        rank,
+                        _join_process_group,
+                        backend=backend_config.backend,
+                        world_rank=rank,
+                        world_size=n,
+                        address=address,
+                        port=port,
+                        timeout_s=backend_config.timeout_s,
+                    )
+                    for rank in range(n)
+                ]
+            )
+
+    class Config(TorchConfig):
+        @property
+        def backend_cls(self) -> type:
+            return Backend
+
+    return Config(backend=backend)
+
+
+_GROUP_STORE: Any = None  # rank 0's rendezvous store server: alive as long as its worker
+
+
+def _host_group_store(world_size: int) -> tuple[str, int]:
+    """On rank 0: a TCPStore server on a socket bound to this node's address (not all interfaces)."""
+    import datetime
+
+    import ray
+    from torch.distributed import TCPStore
+
+    global _GROUP_STORE
+    address = ray.util.get_node_ip_address()
+    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+    sock.bind((address, 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    store = TCPStore(
+        address,
+        port,
+        world_size,
+        is_master=True,
+        timeout=datetime.timedelta(minutes=30),
+        wait_for_workers=False,
+        master_listen_fd=sock.fileno(),
+    )
+    _GROUP_STORE = (sock, store)
+    return address, port
+
+
+def _join_process_group(
+    backend: str, world_rank: int, world_size: int, address: str, port: int, timeout_s: int
+) -> None:
+    import datetime
+
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = _GROUP_STORE[1] if world_rank == 0 else dist.TCPStore(address, port, world_size, False, timeout)
+    dist.init_process_group(backend, store=store, rank=world_rank, world_size=world_size, timeout=timeout)
 
 
 class WorkerGroupReaper(Callback):
