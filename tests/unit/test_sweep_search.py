@@ -26,6 +26,8 @@ def test_an_oom_trial_is_a_constraint_violation_not_a_failure() -> None:
     s = searcher()
     config = s.suggest("t0")
     assert isinstance(config, dict) and config["elastune_number"] == 0
+    # Tune hands every report to on_trial_result first: the OOM report has no samples/s to report
+    s.on_trial_result("t0", {**oom_metrics(RunConfig(), "out of memory"), "training_iteration": 1})
     s.on_trial_complete("t0", result=oom_metrics(RunConfig(), "out of memory"))
     (trial,) = s.study().get_trials(deepcopy=False)
     assert trial.state == optuna.trial.TrialState.COMPLETE

@@ -236,6 +236,13 @@ class ScreeningSearch(OptunaSearch):
         unseen = [p for p in self._points if param_key(p) not in self._known]
         return self._rng.choice(unseen) if unseen else None
 
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        # A report without the objective (an out-of-memory trial's final report has no samples/s)
+        # is no intermediate value: Optuna would refuse None. on_trial_complete tells its outcome.
+        if result.get(str(self.metric)) is None:
+            return
+        super().on_trial_result(trial_id, result)
+
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         ot_trial = self._ot_trials.get(trial_id)
         constraints = _constraints_in(result or {})
