@@ -55,6 +55,7 @@ __all__ = ["Demand", "EdoBoundary", "EdoError", "edo_session", "plan_demand"]
 BEATS_PER_INTERVAL = 3  # lease renewals per heartbeat interval (the lease is 1.5 intervals by default)
 SHRINK_ATTEMPTS = 3  # re-shapes tried before a shrink is confirmed regardless (then enforced)
 GROW_MARGIN = 0.05  # growing needs this much room beyond the prediction, shrinking only `headroom`
+DEMAND_PADDING = 0.10  # plan_demand's margin over the estimate: the estimator's ±10% goal
 
 
 class EdoError(ElastuneError):
@@ -99,9 +100,15 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
             "embedding": _scaled_cache(cfg, fraction),
         }
     )
-    # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart
-    want = estimate(cfg, virtual=True).peak_bytes
-    return Demand(want, min(estimate(small, virtual=True).peak_bytes, want), smallest, fraction)
+
+    # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart.
+    # Padded by the estimator's error goal: a trial whose smallest shape measures 1% over a bare
+    # estimate has nothing left to shrink and fails (seen on the virtual device).
+    def priced(c: RunConfig) -> int:
+        return int(estimate(c, virtual=True).peak_bytes * (1 + DEMAND_PADDING))
+
+    want = priced(cfg)
+    return Demand(want, min(priced(small), want), smallest, fraction)
 
 
 @contextmanager
