@@ -10,13 +10,13 @@ machine), the process's memory measurement is the trial's own, and EDO's device 
 
 `workers_per_trial: N > 1`: the trial process is only the driver of a Ray Train (V2) run: it fits a
 `TorchTrainer` whose N workers each run `train` on 1/N of every step's samples, with gradients
-averaged by torch DDP (gloo on CPUs, nccl on GPUs). `cpus_per_trial` / `gpus_per_trial` are per
-worker (the group's rendezvous store listens on rank 0's node address only, not on every
-interface as torch's own would: `_node_bound_torch_config`); the driver itself asks Tune for no CPU (a little memory only), so the workers' CPUs are
-free for the worker group. Reports carry the group's figures: samples/s summed over the workers,
-measured peak the largest worker's (memory is per device), the estimate per worker, and each
-worker's `world_size`. Only configs whose gradients DDP all-reduces run on a group (the spec's
-validation refuses the others: tuning/spec.py).
+averaged by torch DDP (gloo on CPUs, nccl on GPUs; the group's rendezvous store listens on rank
+0's node address only, not on every interface as torch's own would: `_node_bound_torch_config`).
+`cpus_per_trial` / `gpus_per_trial` are per worker; the driver itself asks Tune for no CPU (a
+little memory only), so the workers' CPUs are free for the worker group. Reports carry the
+group's figures: samples/s summed over the workers, measured peak the largest worker's (memory is
+per device), the estimate per worker, and each worker's `world_size`. Only configs whose gradients
+DDP all-reduces run on a group (the spec's validation refuses the others: tuning/spec.py).
 
 Stopping a group's trial (ASHA, or its final report reaching ASHA's max_t) used to hang the sweep:
 Tune ends the trial actor while `fit()` is still running, the Train controller and its workers die
