@@ -15,8 +15,9 @@ The math lives in `RowUpdate.apply`, used two ways:
 Why `pooled_sum` and not `nn.EmbeddingBag(sparse=True)`: torch's sparse backward emits one
 gradient row per *lookup*, uncoalesced (4096 x 26 Zipf lookups hit ~23k distinct rows: 4-5x more
 rows than the update needs), and coalescing that COO tensor in the step was most of the update's
-time. `pooled_sum`'s backward sums the lookups of each distinct row once (`unique` + `index_add_`)
-and hands autograd a gradient with one row per distinct row, which the step takes as it is.
+time. `pooled_sum`'s backward sums the lookups of each distinct row once (one stable sort, then
+`embedding_bag` over the output gradient: `_sum_by_row`) and hands autograd a gradient with one
+row per distinct row, which the step takes as it is.
 """
 
 from __future__ import annotations
