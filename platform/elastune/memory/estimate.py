@@ -17,10 +17,12 @@ figures in bench/RESULTS.md):
   or 135 MiB), which no model can predict. In the pinned regime the resident peak exceeds the
   traced peak by a fixed amount (runtime, autograd bookkeeping, the data stream, kernels' own
   scratch buffers the trace cannot see), about the step's activations again (freed activation
-  blocks leave holes the heap does not reuse at once), and ~1% of the traced bytes (page and
-  chunk rounding). The three coefficients are a least-squares fit to bench/estimator.py's 16
-  configs in the pinned regime (14/16 within ±10% when each config is left out of its own fit);
-  identical pinned runs still differ by up to ~10% on small configs (threads allocate in their
+  blocks leave holes the heap does not reuse at once), about the dense gradients again when they
+  are heap-sized (a dense-Adam table's gradient and the optimizer's temporaries of its size leave
+  holes; sparse and self-updating strategies have none), and ~1% of the traced bytes (page and
+  chunk rounding). The four coefficients are a least-squares fit to bench/estimator.py's 16
+  configs plus 5 sparse-strategy configs in the pinned regime (an independent run: 14/16 and 3/5);
+  identical pinned runs still differ by 10-30% on some small configs (threads allocate in their
   own arenas), so small configs carry that spread. Tables over 32 MiB dominate large configs and
   are predicted within a few percent by the trace alone.
 - Virtual device (`virtual=True`: what EDO's `VirtualProbe` measures on CPU). That probe maps
@@ -74,9 +76,11 @@ PARTS = ("parameters", "gradients", "optimizer_state", "activations", "other")
 _MiB = 2**20
 # glibc (64-bit) serves a block from the heap once its adaptive mmap threshold has risen past the
 # block's size, which it does up to this cap; larger blocks are always mmapped and returned on free.
-_CPU_FIXED = 43.2 * _MiB  # runtime, autograd bookkeeping, the data stream, kernels' scratch
-_CPU_ACTIVATION_SHARE = 1.05  # holes freed activation blocks leave in the heap
-_CPU_TRACED_SHARE = 0.008  # page and chunk rounding of everything traced
+_CPU_FIXED = 25.2 * _MiB  # runtime, autograd bookkeeping, the data stream, kernels' scratch
+_CPU_ACTIVATION_SHARE = 1.175  # holes freed activation blocks leave in the heap
+_CPU_TRACED_SHARE = 0.011  # page and chunk rounding of everything traced
+_CPU_GRADIENT_SHARE = 1.21  # dense gradients under the mmap threshold: their holes in the heap
+_HEAP_MAX_BLOCK = 32 * _MiB  # the pinned mmap threshold (memory/probe.py): larger blocks are mapped
 _VIRTUAL_FIXED = 7 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
 
 
@@ -115,7 +119,13 @@ def estimate(cfg: RunConfig, device: torch.device | None = None, *, virtual: boo
         other = _VIRTUAL_FIXED
     else:
         activations = max(0, tracker.transient_peak - tracker.grad_bytes)
-        other = int(_CPU_FIXED + _CPU_ACTIVATION_SHARE * activations + _CPU_TRACED_SHARE * traced)
+        gradients = parts["gradients"] if parts["gradients"] < _HEAP_MAX_BLOCK else 0
+        other = int(
+            _CPU_FIXED
+            + _CPU_ACTIVATION_SHARE * activations
+            + _CPU_TRACED_SHARE * traced
+            + _CPU_GRADIENT_SHARE * gradients
+        )
     breakdown = {**parts, "other": other}
     return Estimate(
         peak_bytes=sum(breakdown.values()),
