@@ -14,19 +14,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from elastune.config import load_run_config
 from elastune.training.loop import train
-from torch.nn.parallel import DistributedDataParallel
+from elastune.tuning.trial import _TorchDDP  # what a Ray Train worker passes
 
 from tests.conftest import TINY
 
 WORLD = 2
-
-
-class _Group:
-    def __init__(self, rank: int) -> None:
-        self.rank, self.world_size = rank, WORLD
-
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        return DistributedDataParallel(model)
 
 
 def _rank(rank: int, store_path: str, overrides: list[str], out: str) -> None:
@@ -34,7 +26,7 @@ def _rank(rank: int, store_path: str, overrides: list[str], out: str) -> None:
     # A file store: the ranks meet through the file system, no socket is opened.
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=WORLD)
     try:
-        result = train(load_run_config(None, [*TINY, *overrides]), parallel=_Group(rank))
+        result = train(load_run_config(None, [*TINY, *overrides]), parallel=_TorchDDP(rank=rank, world_size=WORLD))
         torch.save({"logloss": result.val_logloss, "samples": result.samples}, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()

@@ -64,6 +64,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from elastune.config import RunConfig
+from elastune.memory.probe import HEAP_MMAP_THRESHOLD
 from elastune.training.precision import autocast_for, resolve_device
 from elastune.workloads import build_workload
 from elastune.workloads.data import NUM_DENSE, Batch
@@ -74,13 +75,10 @@ PARTS = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
 # -- the overhead model (least squares over bench/estimator.py's configs; see bench/RESULTS.md) --
 _MiB = 2**20
-# glibc (64-bit) serves a block from the heap once its adaptive mmap threshold has risen past the
-# block's size, which it does up to this cap; larger blocks are always mmapped and returned on free.
 _CPU_FIXED = 25.2 * _MiB  # runtime, autograd bookkeeping, the data stream, kernels' scratch
 _CPU_ACTIVATION_SHARE = 1.175  # holes freed activation blocks leave in the heap
 _CPU_TRACED_SHARE = 0.011  # page and chunk rounding of everything traced
 _CPU_GRADIENT_SHARE = 1.21  # dense gradients under the mmap threshold: their holes in the heap
-_HEAP_MAX_BLOCK = 32 * _MiB  # the pinned mmap threshold (memory/probe.py): larger blocks are mapped
 _VIRTUAL_FIXED = 7 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
 
 
@@ -119,7 +117,8 @@ def estimate(cfg: RunConfig, device: torch.device | None = None, *, virtual: boo
         other = _VIRTUAL_FIXED
     else:
         activations = max(0, tracker.transient_peak - tracker.grad_bytes)
-        gradients = parts["gradients"] if parts["gradients"] < _HEAP_MAX_BLOCK else 0
+        # gradients over the pinned mmap threshold are mapped and returned on free: no heap holes
+        gradients = parts["gradients"] if parts["gradients"] < HEAP_MMAP_THRESHOLD else 0
         other = int(
             _CPU_FIXED
             + _CPU_ACTIVATION_SHARE * activations
