@@ -1,5 +1,7 @@
 """Predicted vs measured peak memory over a spread of configs (issue 2's estimator goal: within
-±10% for at least 90% of them).
+±10% for at least 90% of them) and over every embedding strategy (issue 3: the estimator knows
+each). The first 16 configs vary the engine (micro-batch, dim, table size, optimizer, precision);
+the rest are bench/embeddings.py's strategy rows, plus two row-wise configs at large micro-batches.
 
 Each config is measured in fresh `elastune train` subprocesses, so no run inherits another's heap,
 `--repeat` times (default 3). The resident peak of identical runs varies by up to ~15% on small
@@ -32,6 +34,8 @@ import time
 from datetime import date
 from typing import Any
 
+from embeddings import ROW, STRATEGIES  # bench/embeddings.py: the strategy rows, one list for both benchmarks
+
 # (label, overrides). Spans micro 256-16384, dim 8-64, rows_scale, optimizers and precisions.
 CONFIGS: list[tuple[str, list[str]]] = [
     ("default", []),
@@ -50,6 +54,12 @@ CONFIGS: list[tuple[str, list[str]]] = [
     ("fp16 rows 0.05", ["precision=fp16", "data.rows_scale=0.05"]),
     ("pooling 4 micro 4096", ["data.pooling=4", "batch.micro=4096"]),
     ("mlp 512-256 micro 8192", ["model.bottom_mlp=[512,256]", "model.top_mlp=[512,256]", "batch.micro=8192"]),
+    # Every embedding strategy (issue 3: the estimator knows each), with the row-wise sparse optimizer
+    # its benchmark uses (bench/embeddings.py); the fbgemm rows only where fbgemm-gpu-cpu imports.
+    *((f"strategy {label}", overrides) for label, overrides in STRATEGIES if overrides),
+    # row-wise sparse configs at large micro-batches, as the tuner's space has them
+    ("strategy full micro 8192", [*ROW, "batch.micro=8192"]),
+    ("strategy int8 micro 4096", [*ROW, "embedding.strategy=int8", "batch.micro=4096"]),
 ]
 
 # Long enough for the resident peak to settle: glibc's heap grows over the first tens of steps
@@ -90,7 +100,12 @@ def main() -> None:
     parser.add_argument("--device", help="run on this device (cpu, cuda, cuda:N); default: the config's `auto`")
     parser.add_argument("--jobs", type=int, default=1, help="fresh runs at a time (memory figures are per process)")
     args = parser.parse_args()
-    picked = [int(i) for i in args.only.split(",")] if args.only else range(len(CONFIGS))
+    picked = [int(i) for i in args.only.split(",")] if args.only else list(range(len(CONFIGS)))
+    missing = _fbgemm_missing()
+    if missing:
+        skipped = [i for i in picked if "embedding.backend=fbgemm" in CONFIGS[i][1]]
+        print(f"skipped {len(skipped)} fbgemm config(s): fbgemm_gpu {missing}", file=sys.stderr)
+        picked = [i for i in picked if i not in skipped]
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {i: [pool.submit(measure, CONFIGS[i][1], args.device) for _ in range(args.repeat)] for i in picked}
@@ -156,6 +171,12 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
+
+
+def _fbgemm_missing() -> str | None:
+    from elastune.embeddings.fbgemm import fbgemm_import_error
+
+    return fbgemm_import_error()
 
 
 def _torch_version() -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 from elastune.config import RunConfig, load_run_config
-from elastune.memory.estimate import PARTS, estimate
+from elastune.memory.estimate import PARTS, estimate, trace
 from elastune.workloads import build_workload
 
 MakeCfg = Callable[..., RunConfig]
@@ -80,6 +80,34 @@ def test_bf16_autocast_is_traced(tiny_cfg: MakeCfg) -> None:
     fp32 = estimate(tiny_cfg("batch.micro=2048"))
     bf16 = estimate(tiny_cfg("batch.micro=2048", "precision=bf16"))
     assert bf16.transient_peak_bytes != fp32.transient_peak_bytes
+
+
+def test_only_heap_sized_dense_gradients_count_as_heap_gradients() -> None:
+    # The CPU model charges holes for dense gradients under the pinned mmap threshold (32 MiB):
+    # the default table's gradient (~21 MB) is one; at dim 64 the same table's (~82 MB) is mapped
+    # and returned on free, and a row-wise sparse optimizer leaves no dense table gradient at all.
+    base = ["device=cpu", "steps=2", "warmup_steps=1"]
+    table = 20_606_000  # the default tables at dim 16, fp32, give or take the MLPs' few KB
+    small = trace(load_run_config(None, base))
+    assert small.heap_grad_bytes > table
+    mapped = trace(load_run_config(None, [*base, "model.embedding_dim=64"]))
+    assert 0 < mapped.heap_grad_bytes < 2**20  # the MLPs' gradients only
+    rowwise = trace(load_run_config(None, [*base, "optimizer.sparse=rowwise_adagrad"]))
+    assert 0 < rowwise.heap_grad_bytes < 2**20
+
+
+def test_activations_leave_out_the_model_build_and_the_optimizer_step() -> None:
+    # int8 builds its table in chunks of fp32 (4 MB temporaries at the default size) and its peak
+    # over the whole trace is there, before training; the heap model charges only the activations
+    # live at the training steps' peak.
+    cfg = load_run_config(
+        None, ["device=cpu", "steps=2", "warmup_steps=1", "embedding.strategy=int8", "optimizer.sparse=rowwise_adagrad"]
+    )
+    tracker = trace(cfg)
+    assert tracker.train_peak < tracker.peak
+    assert tracker.train_activations() < tracker.classify()["activations"]
+    dense = trace(load_run_config(None, ["device=cpu", "steps=2", "warmup_steps=1", "batch.micro=8192"]))
+    assert dense.train_activations() > 16 * 2**20  # a micro-batch of 8192's forward/backward
 
 
 def test_prediction_is_close_to_a_fresh_process_measurement() -> None:

@@ -15,16 +15,22 @@ figures in bench/RESULTS.md):
   (memory/probe.py, `pin_heap`): blocks under 32 MiB come from a heap that is never trimmed, larger
   ones are mapped and returned on free. Left adaptive, glibc made the same run's peak bimodal (98
   or 135 MiB), which no model can predict. In the pinned regime the resident peak exceeds the
-  traced peak by a fixed amount (runtime, autograd bookkeeping, the data stream, kernels' own
-  scratch buffers the trace cannot see), about the step's activations again (freed activation
-  blocks leave holes the heap does not reuse at once), about the dense gradients again when they
-  are heap-sized (a dense-Adam table's gradient and the optimizer's temporaries of its size leave
-  holes; sparse and self-updating strategies have none), and ~1% of the traced bytes (page and
-  chunk rounding). The four coefficients are a least-squares fit to bench/estimator.py's 16
-  configs plus 5 sparse-strategy configs in the pinned regime (an independent run: 14/16 and 3/5);
-  identical pinned runs still differ by 10-30% on some small configs (threads allocate in their
-  own arenas), so small configs carry that spread. Tables over 32 MiB dominate large configs and
-  are predicted within a few percent by the trace alone.
+  traced peak by: a fixed amount (runtime, autograd bookkeeping, the data stream, kernels' own
+  scratch buffers the trace cannot see); about the forward/backward activations live at the
+  training steps' peak again (freed activation blocks leave holes the heap does not reuse at once;
+  an optimizer step's temporaries, the same sizes every step, refill their own); 0.75x the dense gradients that are
+  heap-sized (each under 32 MiB: a dense-Adam table's gradient is freed and re-made every step,
+  and small blocks settle in its hole); and ~1% of the traced bytes (page and chunk rounding).
+  Configs whose embedding rows take a row-wise sparse optimizer sit ~21 MiB lower than the fixed
+  amount: an offset fitted, not derived (those configs have no dense table gradient or dense Adam
+  step; which of their parts accounts for it is not isolated). The five coefficients are a
+  least-squares fit to 26 of bench/estimator.py's configs (engine and strategy rows); the figures
+  in bench/RESULTS.md come from a later, independent run. Identical pinned runs still differ
+  by up to ~15% on small configs (a block of the size of the table's gradient finds a hole or
+  extends the heap, depending on the order of untraced allocations), so small configs carry that
+  spread. A heap replay (best fit over the traced allocations) was tried and settles at once with
+  almost no fragmentation, unlike glibc; so the holes are modelled, not replayed. Tables over 32
+  MiB dominate large configs and are predicted within a few percent by the trace alone.
 - Virtual device (`virtual=True`: what EDO's `VirtualProbe` measures on CPU). That probe maps
   every block of 256 KiB or more and returns it on free, so its resident set follows the live
   tensors: a step's peak is the traced peak plus a nearly constant 7 MiB (runtime, small blocks),
@@ -53,8 +59,10 @@ state and activations (everything else the step holds: activations, temporaries,
 
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,10 +83,11 @@ PARTS = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
 # -- the overhead model (least squares over bench/estimator.py's configs; see bench/RESULTS.md) --
 _MiB = 2**20
-_CPU_FIXED = 25.2 * _MiB  # runtime, autograd bookkeeping, the data stream, kernels' scratch
-_CPU_ACTIVATION_SHARE = 1.175  # holes freed activation blocks leave in the heap
-_CPU_TRACED_SHARE = 0.011  # page and chunk rounding of everything traced
-_CPU_GRADIENT_SHARE = 1.21  # dense gradients under the mmap threshold: their holes in the heap
+_CPU_FIXED = 31.5 * _MiB  # runtime, autograd bookkeeping, the data stream, kernels' scratch
+_CPU_ROW_OPTIMIZER_OFFSET = -20.8 * _MiB  # rows updated by a row-wise sparse optimizer (fitted; see above)
+_CPU_ACTIVATION_SHARE = 1.014  # holes freed activation blocks leave in the heap
+_CPU_TRACED_SHARE = 0.0106  # page and chunk rounding of everything traced
+_CPU_GRADIENT_SHARE = 0.747  # dense gradients under the mmap threshold: their holes in the heap
 _VIRTUAL_FIXED = 7 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
 
 
@@ -116,14 +125,17 @@ def estimate(cfg: RunConfig, device: torch.device | None = None, *, virtual: boo
     elif virtual:
         other = _VIRTUAL_FIXED
     else:
-        activations = max(0, tracker.transient_peak - tracker.grad_bytes)
-        # gradients over the pinned mmap threshold are mapped and returned on free: no heap holes
-        gradients = parts["gradients"] if parts["gradients"] < HEAP_MMAP_THRESHOLD else 0
+        # forward/backward activations live at the training steps' peak (the optimizer step's
+        # temporaries, the same sizes every step, refill their own holes; the model's init chunks
+        # come before training); dense gradients each under the pinned mmap threshold (larger ones
+        # are mapped and returned on free, leaving no hole)
+        activations = tracker.train_activations()
+        fixed = _CPU_FIXED + (_CPU_ROW_OPTIMIZER_OFFSET if cfg.optimizer.sparse != "adam" else 0)
         other = int(
-            _CPU_FIXED
+            fixed
             + _CPU_ACTIVATION_SHARE * activations
             + _CPU_TRACED_SHARE * traced
-            + _CPU_GRADIENT_SHARE * gradients
+            + _CPU_GRADIENT_SHARE * tracker.heap_grad_bytes
         )
     breakdown = {**parts, "other": other}
     return Estimate(
@@ -157,12 +169,14 @@ def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
     autocast = autocast_for(cfg.precision, torch.device("cpu"))
     scaler = torch.amp.GradScaler("cpu", enabled=False)  # unscaling is in place: no extra bytes
     model.train()
+    tracker.training = True
     for _ in range(2):
         batch = _fake_batch(cfg.batch.effective, cfg.data.pooling, len(workload.table_sizes))
         tracker.begin_transient()
         forward_backward(model, workload, batch, cfg.batch.micro, autocast, scaler)
         tracker.end_transient()
-        opts.step(scaler)
+        with tracker.updating():
+            opts.step(scaler)
         tracker.mark(model, opts)  # grads and state are all alive here
         opts.zero_grad()
         del batch
@@ -193,7 +207,14 @@ class _LiveBytes(TorchDispatchMode):
         self._live: dict[int, tuple[int, int]] = {}  # storage address -> (serial, bytes)
         self._serial = 0
         self.transient_peak = self._transient_base = self._transient_top = 0
+        # the training steps alone (model and optimizers built): where the CPU heap model looks
+        self.training = False
+        self.train_peak = 0
+        self._at_train_peak: dict[int, int] = {}
         self.grad_bytes = 0  # bytes of all gradients of one step (set by `mark`)
+        self.heap_grad_bytes = 0  # of those, dense gradients each under the CPU heap's mmap threshold
+        self._update_serials: set[int] = set()  # storages made inside an optimizer step
+        self.heap_grad_bytes = 0  # of which dense and under the CPU heap's mmap threshold, each
         self._at_peak: dict[int, int] = {}  # serial -> bytes, live at the peak
         self._roles: dict[int, str] = {}  # serial -> parameters | gradients | optimizer_state
 
@@ -252,6 +273,9 @@ class _LiveBytes(TorchDispatchMode):
         if self.current > self.peak:
             self.peak = self.current
             self._at_peak = dict(self._live.values())
+        if self.training and self.current > self.train_peak:
+            self.train_peak = self.current
+            self._at_train_peak = dict(self._live.values())
         weakref.finalize(storage, self._free, key)
 
     def _free(self, key: int) -> None:
@@ -268,9 +292,32 @@ class _LiveBytes(TorchDispatchMode):
     def end_transient(self) -> None:
         self.transient_peak = max(self.transient_peak, self._transient_top - self._transient_base)
 
+    @contextlib.contextmanager
+    def updating(self) -> Iterator[None]:
+        """Note the storages made inside (an optimizer step's temporaries and its new state)."""
+        first = self._serial
+        yield
+        self._update_serials.update(range(first + 1, self._serial + 1))
+
+    def train_activations(self) -> int:
+        """Bytes live at the training steps' peak that are neither parameters, gradients nor
+        optimizer state, nor an optimizer step's temporaries: the forward/backward activations."""
+        return sum(n for k, n in self._at_train_peak.items() if k not in self._roles and k not in self._update_serials)
+
     def mark(self, model: torch.nn.Module, opts: Any) -> None:
         """Record which live storages are parameters, gradients and optimizer state."""
         self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        self.heap_grad_bytes = sum(
+            g.untyped_storage().nbytes()
+            for g in (p.grad for p in model.parameters())
+            if g is not None and not g.is_sparse and g.untyped_storage().nbytes() < HEAP_MMAP_THRESHOLD
+        )
+        # dense gradients small enough for the pinned CPU heap, each under its mmap threshold
+        self.heap_grad_bytes = sum(
+            g.untyped_storage().nbytes()
+            for g in (p.grad for p in model.parameters())
+            if g is not None and not g.is_sparse and g.untyped_storage().nbytes() < HEAP_MMAP_THRESHOLD
+        )
         for p in model.parameters():
             self._role(p, "parameters")
             if p.grad is not None:
