@@ -232,7 +232,10 @@ def train(
     eval_batch = cfg.eval.batch or state.micro
     with autocast():
         quality = evaluate(
-            lambda b: workload.predict(model, b), source.eval_batches(cfg.eval.samples, eval_batch), device
+            lambda b: workload.predict(model, b),
+            source.eval_batches(cfg.eval.samples, eval_batch),
+            device,
+            cfg.eval.samples,
         )
     peak: MemoryPeak = probe.peak()
 

@@ -24,14 +24,28 @@ class EvalResult:
     samples: int
 
 
-def evaluate(predict: Callable[[Batch], torch.Tensor], batches: Iterable[Batch], device: torch.device) -> EvalResult:
-    probs, labels = [], []
+def evaluate(
+    predict: Callable[[Batch], torch.Tensor], batches: Iterable[Batch], device: torch.device, samples: int
+) -> EvalResult:
+    """Log loss and AUC over `batches` (at most `samples` samples in all).
+
+    The predictions and labels go into arrays sized once up front, not a list of one small array
+    per batch: those long-lived 8 KB blocks, allocated between each batch's transient tensors,
+    split the holes the transients leave and the heap grew ~1 MiB a batch (115 MiB instead of 53
+    for 65,536 samples of `full` with a row-wise optimizer: CPU peak memory).
+    """
+    p = np.empty(samples, dtype=np.float64)
+    y = np.empty(samples, dtype=np.float32)
+    n = 0
     with torch.no_grad():
         for batch in batches:
-            probs.append(predict(batch.to(device)).cpu().double().numpy())
-            labels.append(batch.labels.numpy())
-    p = np.clip(np.concatenate(probs), 1e-7, 1 - 1e-7)
-    y = np.concatenate(labels)
+            k = len(batch)
+            if n + k > samples:
+                raise ValueError(f"the eval batches hold more than the {samples} samples asked for")
+            p[n : n + k] = predict(batch.to(device)).cpu().double().numpy()  # bf16 has no numpy dtype
+            y[n : n + k] = batch.labels.numpy()
+            n += k
+    p, y = np.clip(p[:n], 1e-7, 1 - 1e-7), y[:n]
     rate = float(y.mean())
     baseline = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate)) if 0 < rate < 1 else 0.0
     auc = float(roc_auc_score(y, p)) if 0 < rate < 1 else float("nan")
