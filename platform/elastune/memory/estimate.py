@@ -18,9 +18,10 @@ figures in bench/RESULTS.md):
   traced peak by: a fixed amount (runtime, autograd bookkeeping, the data stream, kernels' own
   scratch buffers the trace cannot see); about the forward/backward activations live at the
   training steps' peak again (freed activation blocks leave holes the heap does not reuse at once;
-  an optimizer step's temporaries, the same sizes every step, refill their own); 0.75x the dense gradients that are
-  heap-sized (each under 32 MiB: a dense-Adam table's gradient is freed and re-made every step,
-  and small blocks settle in its hole); and ~1% of the traced bytes (page and chunk rounding).
+  an optimizer step's temporaries, the same sizes every step, refill their own); 0.75x the dense
+  gradients that are heap-sized (each under 32 MiB: a dense-Adam table's gradient is freed and
+  re-made every step, and small blocks settle in its hole); and ~1% of the traced bytes (page and
+  chunk rounding).
   Configs whose embedding rows take a row-wise sparse optimizer sit ~21 MiB lower than the fixed
   amount: an offset fitted, not derived (those configs have no dense table gradient or dense Adam
   step; which of their parts accounts for it is not isolated). The five coefficients are a
@@ -211,10 +212,8 @@ class _LiveBytes(TorchDispatchMode):
         self.training = False
         self.train_peak = 0
         self._at_train_peak: dict[int, int] = {}
-        self.grad_bytes = 0  # bytes of all gradients of one step (set by `mark`)
-        self.heap_grad_bytes = 0  # of those, dense gradients each under the CPU heap's mmap threshold
+        self.heap_grad_bytes = 0  # one step's dense gradients, each under the CPU heap's mmap threshold
         self._update_serials: set[int] = set()  # storages made inside an optimizer step
-        self.heap_grad_bytes = 0  # of which dense and under the CPU heap's mmap threshold, each
         self._at_peak: dict[int, int] = {}  # serial -> bytes, live at the peak
         self._roles: dict[int, str] = {}  # serial -> parameters | gradients | optimizer_state
 
@@ -306,12 +305,6 @@ class _LiveBytes(TorchDispatchMode):
 
     def mark(self, model: torch.nn.Module, opts: Any) -> None:
         """Record which live storages are parameters, gradients and optimizer state."""
-        self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        self.heap_grad_bytes = sum(
-            g.untyped_storage().nbytes()
-            for g in (p.grad for p in model.parameters())
-            if g is not None and not g.is_sparse and g.untyped_storage().nbytes() < HEAP_MMAP_THRESHOLD
-        )
         # dense gradients small enough for the pinned CPU heap, each under its mmap threshold
         self.heap_grad_bytes = sum(
             g.untyped_storage().nbytes()
