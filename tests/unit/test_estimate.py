@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 import pytest
+import torch
 from elastune.config import RunConfig, load_run_config
 from elastune.memory.estimate import PARTS, estimate, trace
 from elastune.workloads import build_workload
@@ -164,3 +165,39 @@ def test_estimate_refuses_bad_configs_before_tracing(bad: str) -> None:
 
     with pytest.raises(ConfigError):
         estimate(load_run_config(None, [bad]))
+
+
+# -- CUDA: the replay through the caching-allocator model runs without a GPU
+
+
+def _moved_bytes(cfg: RunConfig) -> int:
+    """Bytes `model.to("cuda")` would put on the device: every parameter and buffer but those a
+    module keeps on the host."""
+    model = build_workload(cfg).build_model()
+    host = {id(getattr(m, n)) for m in model.modules() for n in getattr(m, "host_buffers", ())}
+    tensors = [t for t in [*model.parameters(), *model.buffers()] if id(t) not in host]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_cuda_estimate_is_a_reserved_peak_in_allocator_segments(tiny_cfg: MakeCfg) -> None:
+    est = estimate(tiny_cfg(), torch.device("cuda"))
+    assert est.kind == "cuda_reserved"
+    assert sum(est.breakdown.values()) == est.peak_bytes
+    assert est.peak_bytes >= est.traced_peak_bytes
+
+
+def test_cuda_estimate_counts_the_cached_tables_host_rows_nowhere(tiny_cfg: MakeCfg) -> None:
+    cfg = tiny_cfg("embedding.strategy=cached", "embedding.cache_ratio=0.1", "optimizer.sparse=rowwise_adagrad")
+    est = estimate(cfg, torch.device("cuda"))
+    # only the cache (10% of the rows) and the dense layers are device parameters
+    assert est.breakdown["parameters"] == _moved_bytes(cfg)
+    assert est.breakdown["parameters"] < _buffer_bytes(cfg) / 5
+
+
+def test_cuda_estimate_leaves_the_builds_host_scratch_out(tiny_cfg: MakeCfg) -> None:
+    # int8 builds its rows from fp32 chunks on the host; a run moves only the codes and scales
+    cfg = tiny_cfg("embedding.strategy=int8", "optimizer.sparse=rowwise_adagrad", "data.rows_scale=0.01")
+    on_cuda = trace(cfg, cuda=True)
+    on_cpu = trace(cfg)
+    assert estimate(cfg, torch.device("cuda")).breakdown["parameters"] == _moved_bytes(cfg)
+    assert on_cuda.peak < on_cpu.peak  # the CPU's peak is the build's

@@ -46,8 +46,6 @@ __all__ = ["DEFAULT_CACHE_RATIO", "CachedEmbedding", "cache_capacity"]
 
 DEFAULT_CACHE_RATIO = 0.1
 DEFAULT_WARMUP_STEPS = 2
-# Buffers that stay in host memory when the module moves to a device.
-_HOST_BUFFERS = ("weight", "row_state", "counts", "row_to_slot", "slot_to_row")
 
 
 def cache_capacity(total_rows: int, cfg: EmbeddingConfig) -> int:
@@ -66,6 +64,8 @@ class CachedEmbedding(SelfUpdatingEmbedding):
     cache_weight: torch.Tensor  # device fp32 [capacity, dim]
     cache_state: torch.Tensor  # device fp32 [capacity, state_width]
     count_accesses = True
+    # Buffers that stay in host memory when the module moves to a device.
+    host_buffers = ("weight", "row_state", "counts", "row_to_slot", "slot_to_row")
 
     def __init__(
         self,
@@ -294,7 +294,7 @@ class CachedEmbedding(SelfUpdatingEmbedding):
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Any:
         order = list(self._buffers)
-        host = {name: self._buffers.pop(name) for name in _HOST_BUFFERS}
+        host = {name: self._buffers.pop(name) for name in self.host_buffers}
         try:
             return super()._apply(fn, recurse)
         finally:

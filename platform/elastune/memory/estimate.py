@@ -45,6 +45,9 @@ figures in bench/RESULTS.md):
   (`_cuda_kernel_buffers`): the embedding bag's `offset2bag` (one index per id; the CPU kernel
   keeps none) and its dense backward's sort and segment-sum buffers, the staging buffer of a
   column sum over many rows (a Linear's bias gradient), and cuBLASLt's 1 MiB workspace. The replay
+  starts where a run's device memory starts: the model is built on the host, as `train` builds it,
+  and only what `.to(device)` moves enters the replay (not the build's scratch, nor the tensors a
+  module keeps in host memory, named in its `host_buffers`: the `cached` strategy's table). It
   also undoes one trace artifact: autograd formulas take out-of-place branches for tensor
   subclasses (fake tensors), where eager CUDA writes into fresh zeros. Nothing is fitted: each
   part was read off ATen's source and checked against per-op allocator readings on an H100. The
@@ -165,7 +168,15 @@ def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
     from elastune.training.optim import Optimizers
 
     workload = build_workload(cfg)
-    model = workload.build_model()
+    if tracker.cuda is None:
+        model = workload.build_model()
+    else:
+        # A run builds the model on the CPU and moves it (`.to(device)`): the build's scratch and
+        # the tensors a module keeps on the host (the `cached` strategy's table) never reach the device.
+        with tracker.on_host():
+            model = workload.build_model()
+        for t in _moved_tensors(model):
+            tracker.to_device(t)
     opts = Optimizers(model, cfg.optimizer)
     autocast = autocast_for(cfg.precision, torch.device("cpu"))
     scaler = torch.amp.GradScaler("cpu", enabled=False)  # unscaling is in place: no extra bytes
@@ -185,6 +196,13 @@ def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
     with torch.no_grad(), autocast():
         eval_batch = _fake_batch(cfg.eval.batch or cfg.batch.micro, cfg.data.pooling, len(workload.table_sizes))
         workload.predict(model, eval_batch)
+
+
+def _moved_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The parameters and buffers `model.to(device)` moves: all but those a module keeps on the
+    host (named in its `host_buffers`, as the `cached` strategy's table is)."""
+    host = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "host_buffers", ())}
+    return [t for t in [*model.parameters(), *model.buffers()] if id(t) not in host]
 
 
 def _fake_batch(n: int, pooling: int, num_sparse: int) -> Batch:
@@ -216,10 +234,13 @@ class _LiveBytes(TorchDispatchMode):
         self._update_serials: set[int] = set()  # storages made inside an optimizer step
         self._at_peak: dict[int, int] = {}  # serial -> bytes, live at the peak
         self._roles: dict[int, str] = {}  # serial -> parameters | gradients | optimizer_state
+        # CUDA replay: storages in host memory (made under `on_host` and not moved to the device)
+        self._host = False
+        self._host_live: set[int] = set()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        if self.cuda is None:
+        if self.cuda is None or self._host:
             for t in pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor):
                     self._track(t)
@@ -260,7 +281,11 @@ class _LiveBytes(TorchDispatchMode):
             return
         storage = t.untyped_storage()
         key = storage._cdata
-        if key in self._live:
+        if key in self._live or key in self._host_live:
+            return  # already tracked (a view, an in-place result), or host memory
+        if self._host:
+            self._host_live.add(key)
+            weakref.finalize(storage, self._host_live.discard, key)
             return
         size = storage.nbytes()
         self._serial += 1
@@ -282,6 +307,20 @@ class _LiveBytes(TorchDispatchMode):
         self.current -= size
         if self.cuda is not None:
             self.cuda.free(key)
+
+    @contextlib.contextmanager
+    def on_host(self) -> Iterator[None]:
+        """CUDA replay: what is made inside lives in host memory until `to_device` moves it."""
+        self._host = True
+        try:
+            yield
+        finally:
+            self._host = False
+
+    def to_device(self, t: torch.Tensor) -> None:
+        """Count host tensor `t` as copied to the device."""
+        self._host_live.discard(t.untyped_storage()._cdata)
+        self._track(t)
 
     def begin_transient(self) -> None:
         """Start watching how far live bytes rise above their level now (forward and backward)."""
