@@ -16,6 +16,7 @@
     python bench/embeddings.py                      # both tables, Markdown to stdout
     python bench/embeddings.py --only update        # one of them: strategies | update
     python bench/embeddings.py --steps 300 --json out.json
+    python bench/embeddings.py --device cuda         # both tables on the GPU
 
 Record results in bench/RESULTS.md under "## Embedding strategies" (command, machine, date).
 """
@@ -93,9 +94,9 @@ def held_bytes(overrides: list[str]) -> tuple[int, int]:
     return table, sum(storages.values())
 
 
-def train(overrides: list[str], steps: int) -> dict[str, Any]:
+def train(overrides: list[str], steps: int, device: str) -> dict[str, Any]:
     args = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
-    for item in [f"steps={steps}", "warmup_steps=20", "device=cpu", *overrides]:
+    for item in [f"steps={steps}", "warmup_steps=20", f"device={device}", *overrides]:
         args += ["--set", item]
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -104,7 +105,7 @@ def train(overrides: list[str], steps: int) -> dict[str, Any]:
     return result
 
 
-def strategies_table(steps: int) -> tuple[list[dict[str, Any]], str]:
+def strategies_table(steps: int, device: str) -> tuple[list[dict[str, Any]], str]:
     rows = []
     for label, overrides in STRATEGIES:
         if "embedding.backend=fbgemm" in overrides and fbgemm_import_error() is not None:
@@ -112,7 +113,7 @@ def strategies_table(steps: int) -> tuple[list[dict[str, Any]], str]:
             continue
         started = time.perf_counter()
         table, with_state = held_bytes(overrides)
-        run = train(overrides, steps)
+        run = train(overrides, steps, device)
         rows.append({"label": label, "overrides": overrides, "table_bytes": table, "state_bytes": with_state, **run})
         print(f"{label}: {time.perf_counter() - started:.0f} s", file=sys.stderr)
     ref = rows[0]
@@ -153,8 +154,10 @@ def zipf_ids(n: int, rows: int, alpha: float, gen: torch.Generator) -> torch.Ten
     return scatter[ranks]
 
 
-def _torch_path(sparse: bool, make_opt: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]) -> Any:
-    bag = torch.nn.EmbeddingBag(UPDATE_ROWS, UPDATE_DIM, mode="sum", sparse=sparse)
+def _torch_path(
+    device: torch.device, sparse: bool, make_opt: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
+) -> Any:
+    bag = torch.nn.EmbeddingBag(UPDATE_ROWS, UPDATE_DIM, mode="sum", sparse=sparse).to(device)
     opt = make_opt(list(bag.parameters()))
 
     def step(ids: torch.Tensor, upstream: torch.Tensor) -> None:
@@ -166,12 +169,12 @@ def _torch_path(sparse: bool, make_opt: Callable[[list[torch.nn.Parameter]], tor
     return step
 
 
-def _elastune_path(kind: str) -> Any:
+def _elastune_path(device: torch.device, kind: str) -> Any:
     """`full` as a run with optimizer.sparse=<kind> builds it: FullEmbedding's lookup (whose backward
     sums each distinct row's lookups, sparse_optim.pooled_sum) and SparseRowOptimizer."""
     from elastune.embeddings.full import FullEmbedding
 
-    emb = FullEmbedding([UPDATE_ROWS], UPDATE_DIM, sparse_grad=True)
+    emb = FullEmbedding([UPDATE_ROWS], UPDATE_DIM, sparse_grad=True).to(device)
     opt = SparseRowOptimizer(emb.sparse_parameters(), kind, lr=0.01)
 
     def step(ids: torch.Tensor, upstream: torch.Tensor) -> None:
@@ -183,11 +186,11 @@ def _elastune_path(kind: str) -> Any:
     return step
 
 
-def _fbgemm_path(kind: str) -> Any:
+def _fbgemm_path(device: torch.device, kind: str) -> Any:
     from elastune.embeddings.fbgemm import FbgemmEmbedding
     from elastune.embeddings.sparse_optim import RowUpdate
 
-    emb = FbgemmEmbedding([UPDATE_ROWS], UPDATE_DIM, kind)
+    emb = FbgemmEmbedding([UPDATE_ROWS], UPDATE_DIM, kind).to(device)
     emb.set_row_update(RowUpdate(kind, 0.01))
 
     def step(ids: torch.Tensor, upstream: torch.Tensor) -> None:
@@ -197,34 +200,36 @@ def _fbgemm_path(kind: str) -> Any:
     return step
 
 
-UPDATE_PATHS: list[tuple[str, Callable[[], Any]]] = [
-    ("dense Adam (torch, fused)", lambda: _torch_path(False, lambda p: torch.optim.Adam(p, lr=0.01, fused=True))),
-    ("torch sparse SGD", lambda: _torch_path(True, lambda p: torch.optim.SGD(p, lr=0.01))),
-    ("torch sparse Adagrad", lambda: _torch_path(True, lambda p: torch.optim.Adagrad(p, lr=0.01))),
-    ("elastune sgd", lambda: _elastune_path("sgd")),
-    ("elastune adagrad", lambda: _elastune_path("adagrad")),
-    ("elastune rowwise_adagrad", lambda: _elastune_path("rowwise_adagrad")),
-    ("fbgemm sgd (EXACT_SGD)", lambda: _fbgemm_path("sgd")),
-    ("fbgemm adagrad (EXACT_ADAGRAD)", lambda: _fbgemm_path("adagrad")),
-    ("fbgemm rowwise_adagrad (EXACT_ROWWISE_ADAGRAD)", lambda: _fbgemm_path("rowwise_adagrad")),
+UPDATE_PATHS: list[tuple[str, Callable[[torch.device], Any]]] = [
+    ("dense Adam (torch, fused)", lambda d: _torch_path(d, False, lambda p: torch.optim.Adam(p, lr=0.01, fused=True))),
+    ("torch sparse SGD", lambda d: _torch_path(d, True, lambda p: torch.optim.SGD(p, lr=0.01))),
+    ("torch sparse Adagrad", lambda d: _torch_path(d, True, lambda p: torch.optim.Adagrad(p, lr=0.01))),
+    ("elastune sgd", lambda d: _elastune_path(d, "sgd")),
+    ("elastune adagrad", lambda d: _elastune_path(d, "adagrad")),
+    ("elastune rowwise_adagrad", lambda d: _elastune_path(d, "rowwise_adagrad")),
+    ("fbgemm sgd (EXACT_SGD)", lambda d: _fbgemm_path(d, "sgd")),
+    ("fbgemm adagrad (EXACT_ADAGRAD)", lambda d: _fbgemm_path(d, "adagrad")),
+    ("fbgemm rowwise_adagrad (EXACT_ROWWISE_ADAGRAD)", lambda d: _fbgemm_path(d, "rowwise_adagrad")),
 ]
 
 
-def update_table(warmup: int, timed: int) -> tuple[list[dict[str, Any]], str]:
+def update_table(warmup: int, timed: int, device: torch.device) -> tuple[list[dict[str, Any]], str]:
     gen = torch.Generator().manual_seed(0)
-    batches = [zipf_ids(LOOKUPS, UPDATE_ROWS, ZIPF_ALPHA, gen) for _ in range(4)]
-    upstream = torch.randn(LOOKUPS, UPDATE_DIM, generator=gen)
+    batches = [zipf_ids(LOOKUPS, UPDATE_ROWS, ZIPF_ALPHA, gen).to(device) for _ in range(4)]
+    upstream = torch.randn(LOOKUPS, UPDATE_DIM, generator=gen).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     distinct = statistics.mean(b.unique().numel() for b in batches)
     # All paths are built first and stepped in turn, round after round: the machine is shared, and
     # interleaving spreads other processes' load over every path alike (ratios stay fair).
-    paths = [
-        (label, make()) for label, make in UPDATE_PATHS if not (label.startswith("fbgemm") and fbgemm_import_error())
-    ]
+    skip_fbgemm = fbgemm_import_error() is not None
+    paths = [(label, make(device)) for label, make in UPDATE_PATHS if not (label.startswith("fbgemm") and skip_fbgemm)]
     times: dict[str, list[float]] = {label: [] for label, _ in paths}
     for i in range(warmup + timed):
         for label, step in paths:
+            sync()
             started = time.perf_counter()
             step(batches[i % len(batches)], upstream)
+            sync()
             times[label].append(time.perf_counter() - started)
     rows = [
         {"label": label, "median_ms": statistics.median(t[warmup:]) * 1e3, "all_ms": t} for label, t in times.items()
@@ -248,18 +253,22 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="training steps per strategy run")
     parser.add_argument("--update-steps", type=int, default=10, help="timed steps per update path")
     parser.add_argument("--json", help="also write the raw figures here")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (both tables run there)")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
     print(
         f"machine: {platform.machine()}, {torch.get_num_threads()} threads, {platform.platform()}, "
-        f"torch {torch.__version__}; date {date.today().isoformat()}\n"
+        f"torch {torch.__version__}; date {date.today().isoformat()}"
     )
+    if args.device.startswith("cuda"):
+        print(f"device: {torch.cuda.get_device_name(torch.device(args.device))}, CUDA {torch.version.cuda}")
+    print()
     raw: dict[str, Any] = {}
     if args.only in (None, "strategies"):
-        raw["strategies"], text = strategies_table(args.steps)
+        raw["strategies"], text = strategies_table(args.steps, args.device)
         print(text + "\n")
     if args.only in (None, "update"):
-        raw["update"], text = update_table(warmup=3, timed=args.update_steps)
+        raw["update"], text = update_table(warmup=3, timed=args.update_steps, device=torch.device(args.device))
         print(text + "\n")
     if args.json:
         with open(args.json, "w") as fh:
