@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, standalone_mode=False)
     except ElastuneError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # a path stays whole
         return exc.exit_code
     except SystemExit as exc:  # typer's --help and usage errors
         return int(exc.code or 0)

@@ -50,7 +50,9 @@ def test_bad_config_exits_2_and_writes_nothing(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_malformed_tsv_exits_2_naming_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = tmp_path / "day_0.tsv"
+    # a long path: the error line must not be wrapped inside it (rich wraps at the terminal width)
+    (tmp_path / ("long_" * 16)).mkdir()
+    data = tmp_path / ("long_" * 16) / "day_0.tsv"
     good = "\t".join(["1", *["3"] * 13, *["68fd1e64"] * 26])
     data.write_text("\n".join([good] * 5 + ["0\t1\t2"] + [good] * 5) + "\n")
     code = main(["train", *sets(*TINY, "data.source=criteo_tsv", f"data.path={data}", "eval.samples=256")])

@@ -27,11 +27,12 @@ def _buffer_bytes(cfg: RunConfig) -> int:
 
 
 def test_breakdown_sums_to_the_peak(tiny_cfg: MakeCfg) -> None:
-    est = estimate(tiny_cfg())
+    cfg = tiny_cfg()
+    est = estimate(cfg)
     assert set(est.breakdown) == set(PARTS)
     assert all(v >= 0 for v in est.breakdown.values())
     assert sum(est.breakdown.values()) == est.peak_bytes
-    assert est.kind == "cpu_rss_hwm"
+    assert est.kind == ("cuda_reserved" if cfg.device.startswith("cuda") else "cpu_rss_hwm")
     assert est.traced_peak_bytes <= est.peak_bytes
 
 

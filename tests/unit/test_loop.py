@@ -108,10 +108,11 @@ def test_missing_gpu_is_an_input_error(tiny_cfg: MakeCfg) -> None:
 def test_result_reports_what_it_measured(tiny_cfg: MakeCfg) -> None:
     # A 43 MB table: above glibc's largest mmap threshold (32 MiB), so it takes fresh resident
     # pages whatever earlier tests left in this process's heap.
-    r = train(tiny_cfg("data.rows_scale=0.02", "model.embedding_dim=16"))
+    cfg = tiny_cfg("data.rows_scale=0.02", "model.embedding_dim=16")
+    r = train(cfg)
     table = sum(table_sizes(0.02)) * 16 * 4
     assert r.samples_per_s > 0
-    assert r.peak_memory_kind == "cpu_rss_hwm"
+    assert r.peak_memory_kind == ("cuda_reserved" if cfg.device.startswith("cuda") else "cpu_rss_hwm")
     assert r.peak_memory_bytes >= 3 * table  # the table, its gradient and Adam's two moments
     assert r.estimated_peak_bytes is not None and r.estimated_peak_bytes > 0
     assert 0.0 <= r.val_auc <= 1.0
