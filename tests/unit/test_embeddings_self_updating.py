@@ -390,6 +390,21 @@ def test_cached_keeps_host_tensors_on_the_host() -> None:
     assert module.cache_weight.device.type == "meta"
 
 
+def test_cached_dedupe_is_unique_without_sorting() -> None:
+    module = _build("cached")
+    assert isinstance(module, CachedEmbedding)
+    ids = torch.tensor([7, 3, 7, 7, 0, 3, 9, 0], dtype=torch.int64)
+    rows, inverse, counts = module._dedupe(ids)
+    assert rows.tolist() == [7, 3, 0, 9]  # distinct, in order of first occurrence
+    assert torch.equal(rows[inverse], ids)
+    assert counts.tolist() == [3, 2, 2, 1]
+    assert bool((module.first_seen == 2**31 - 1).all())  # the scratch is clean for the next batch
+    big = torch.randint(0, module.num_rows, (5000,), generator=torch.Generator().manual_seed(1))
+    rows, inverse, counts = module._dedupe(big)
+    assert torch.equal(rows.sort().values, torch.unique(big)) and torch.equal(rows[inverse], big)
+    assert torch.equal(counts, torch.bincount(inverse))
+
+
 def test_cache_capacity_from_config() -> None:
     assert cache_capacity(1000, EmbeddingConfig(strategy="cached")) == 100
     assert cache_capacity(1000, EmbeddingConfig(strategy="cached", cache_ratio=0.015)) == 15

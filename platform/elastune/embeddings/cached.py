@@ -19,18 +19,24 @@ capacity between steps (the elastic optimizer calls it).
 The math is that of `full` with the same row optimizer: the host table starts as `full`'s does for
 the same seed, and a row's value and state are the same wherever it lives.
 
-Cost: host: rows * (dim + state_width) * 4 bytes, plus 12 bytes per row and 8 per slot of index
-(access counts, int64; row -> slot, int32; slot -> row, int64). Device: only the cache,
+Cost: host: rows * (dim + state_width) * 4 bytes, plus 16 bytes per row and 8 per slot of index
+(access counts, int64; row -> slot, int32; a scratch for deduplicating a batch's ids, int32;
+slot -> row, int64). Device: only the cache,
 capacity * (dim + state_width) * 4 bytes. Each step moves the missed rows host -> device (lookup)
 and back (update), and the admitted and evicted rows once; the bookkeeping (counts, maps) is on
 the host.
+
+Speed: the bookkeeping runs on the host, in passes linear in the batch's ids (no sorting): a
+batch's ids are deduplicated with a scatter into a per-row scratch; each forward locates its rows
+(cache slot or host) once and the optimizer step reuses that; admission sorts only the candidates
+that can win a slot (used more often than the least used cached row).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -46,6 +52,20 @@ __all__ = ["DEFAULT_CACHE_RATIO", "CachedEmbedding", "cache_capacity"]
 
 DEFAULT_CACHE_RATIO = 0.1
 DEFAULT_WARMUP_STEPS = 2
+_UNSEEN = 2**31 - 1
+
+
+class _Where(NamedTuple):
+    """Where each of n distinct rows lives: positions (0..n) of the cached ones and their slots,
+    positions of the others and their host rows. Host tensors, with device copies of what indexes
+    device tensors."""
+
+    hit_at: torch.Tensor  # host int64 [h]
+    miss_at: torch.Tensor  # host int64 [n - h]
+    miss_rows: torch.Tensor  # host int64 [n - h]
+    hit_at_dev: torch.Tensor
+    miss_at_dev: torch.Tensor
+    slots_dev: torch.Tensor  # the cache slots of the hits, in hit_at's order
 
 
 def cache_capacity(total_rows: int, cfg: EmbeddingConfig) -> int:
@@ -61,11 +81,12 @@ class CachedEmbedding(SelfUpdatingEmbedding):
     counts: torch.Tensor  # host int64 [rows]: accesses so far
     row_to_slot: torch.Tensor  # host int32 [rows]: cache slot of each row, -1 if not cached
     slot_to_row: torch.Tensor  # host int64 [capacity]: row in each slot, -1 if free
+    first_seen: torch.Tensor  # host int32 [rows]: `_dedupe`'s scratch
     cache_weight: torch.Tensor  # device fp32 [capacity, dim]
     cache_state: torch.Tensor  # device fp32 [capacity, state_width]
     count_accesses = True
     # Buffers that stay in host memory when the module moves to a device.
-    host_buffers = ("weight", "row_state", "counts", "row_to_slot", "slot_to_row")
+    host_buffers = ("weight", "row_state", "counts", "row_to_slot", "slot_to_row", "first_seen")
 
     def __init__(
         self,
@@ -90,6 +111,9 @@ class CachedEmbedding(SelfUpdatingEmbedding):
         self.register_buffer("slot_to_row", torch.full((self.capacity,), -1, dtype=torch.int64), persistent=False)
         self.register_buffer("cache_weight", torch.zeros(self.capacity, dim), persistent=False)
         self.register_buffer("cache_state", torch.zeros(self.capacity, self.state_width), persistent=False)
+        # Scratch for `_dedupe`: each row's first position in the batch, _UNSEEN elsewhere.
+        self.register_buffer("first_seen", torch.full((self.num_rows,), _UNSEEN, dtype=torch.int32), persistent=False)
+        self._where: tuple[torch.Tensor, _Where] | None = None  # the last forward's rows, located
         # The state_dict holds the host table; write the cached rows back first so it is current.
         self.register_state_dict_pre_hook(_flush_before_save)
 
@@ -157,18 +181,25 @@ class CachedEmbedding(SelfUpdatingEmbedding):
     def _device(self) -> torch.device:
         return self.cache_weight.device
 
+    def _distinct(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        if is_fake(flat):
+            return super()._distinct(flat)
+        rows, inverse, counts = self._dedupe(flat.cpu())
+        return rows, inverse.to(flat.device), counts  # rows and counts stay on the host
+
     def _gather_rows(self, rows: torch.Tensor, counts: torch.Tensor | None) -> torch.Tensor:
         host_rows = rows.cpu()
         if is_fake(rows):  # no values: read every row from both places (the worst case in bytes)
             weight, _ = self._read_any(host_rows)
             return weight
-        slots, hit, miss = self._locate(host_rows)
+        where = self._locate(host_rows)
+        self._where = (host_rows, where)
         if counts is not None:
             host_counts = counts.cpu()
-            hits = int(host_counts[hit].sum())
+            hits = int(host_counts[where.hit_at].sum())
             self.hits += hits
             self.misses += int(host_counts.sum()) - hits
-        return self._read(self.cache_weight, self.weight, host_rows, slots, hit, miss)
+        return self._read(self.cache_weight, self.weight, host_rows.numel(), where)
 
     def _update_rows(self, update: RowUpdate, rows: torch.Tensor, grads: torch.Tensor) -> None:
         host_rows = rows.cpu()
@@ -179,27 +210,40 @@ class CachedEmbedding(SelfUpdatingEmbedding):
             self.cache_weight.index_copy_(0, slots, weight)
             self._write_host(host_rows, weight, state)
             return
-        slots, hit, miss = self._locate(host_rows)
-        weight = self._read(self.cache_weight, self.weight, host_rows, slots, hit, miss)
-        state = self._read(self.cache_state, self.row_state, host_rows, slots, hit, miss)
+        # One forward's rows (one micro-batch) were located by that forward; the cache has not
+        # changed since (admission comes after the step).
+        last = self._where
+        where = last[1] if last is not None and last[0] is host_rows else self._locate(host_rows)
+        self._where = None
+        n = host_rows.numel()
+        weight = self._read(self.cache_weight, self.weight, n, where)
+        state = self._read(self.cache_state, self.row_state, n, where)
         update.apply(weight, grads, state if self.state_width else None)
-        hit_slots = slots[hit].to(self._device)
-        on_device = hit.to(self._device)
-        self.cache_weight.index_copy_(0, hit_slots, weight[on_device])
-        self.cache_state.index_copy_(0, hit_slots, state[on_device])
-        self._write_host(host_rows[miss], weight[~on_device], state[~on_device])
+        self.cache_weight.index_copy_(0, where.slots_dev, weight.index_select(0, where.hit_at_dev))
+        self.cache_state.index_copy_(0, where.slots_dev, state.index_select(0, where.hit_at_dev))
+        self._write_host(
+            where.miss_rows, weight.index_select(0, where.miss_at_dev), state.index_select(0, where.miss_at_dev)
+        )
 
     def _after_step(self, pending: list[_Pending]) -> None:
         if not pending or is_fake(pending[0].rows):
             return  # admission decisions need values; the estimator's trace has none
-        rows = torch.cat([p.rows for p in pending]).cpu()
-        self.counts.index_add_(0, rows, torch.cat([p.counts for p in pending if p.counts is not None]).cpu())
+        if len(pending) == 1:  # one forward's rows are distinct
+            rows = pending[0].rows.cpu()
+            counts = pending[0].counts
+            distinct = rows
+        else:
+            rows = torch.cat([p.rows for p in pending]).cpu()
+            counts = torch.cat([p.counts for p in pending if p.counts is not None])
+            distinct = self._dedupe(rows)[0]
+        assert counts is not None  # count_accesses: every forward counts
+        self.counts.index_add_(0, rows, counts.cpu())
         if self._steps < self.warmup_steps:
             return
         # At the end of warm-up every row seen so far is a candidate (most frequent first); later,
         # this step's rows.
         warmup_over = self._steps == self.warmup_steps
-        candidates = self.counts.nonzero().squeeze(1) if warmup_over else torch.unique(rows)
+        candidates = self.counts.nonzero().squeeze(1) if warmup_over else distinct
         self._admit(candidates[self.row_to_slot[candidates] < 0])
 
     def _loaded(self) -> None:
@@ -216,25 +260,41 @@ class CachedEmbedding(SelfUpdatingEmbedding):
     def _occupied(self) -> torch.Tensor:
         return (self.slot_to_row >= 0).nonzero().squeeze(1)
 
-    def _locate(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(slot of each row or -1, cached mask, uncached mask), all on the host."""
-        slots = self.row_to_slot[rows].long()
-        hit = slots >= 0
-        return slots, hit, ~hit
+    def _dedupe(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(distinct rows in order of first occurrence, index of each id among them, occurrences
+        of each) for host int64 `ids`: what torch.unique gives, in passes linear in the ids."""
+        n = ids.numel()
+        positions = torch.arange(n, dtype=torch.int32)
+        first = self.first_seen.scatter_reduce_(0, ids, positions, reduce="amin")[ids]  # each id's first position
+        firsts = (first == positions).nonzero().squeeze(1)
+        rows = ids[firsts]
+        self.first_seen[rows] = _UNSEEN  # the scratch is clean again for the next batch
+        rank = torch.empty(n, dtype=torch.int64)
+        rank[firsts] = torch.arange(firsts.numel())
+        inverse = rank[first]
+        return rows, inverse, torch.bincount(inverse, minlength=firsts.numel())
 
-    def _read(
-        self,
-        cache: torch.Tensor,
-        host: torch.Tensor,
-        rows: torch.Tensor,
-        slots: torch.Tensor,
-        hit: torch.Tensor,
-        miss: torch.Tensor,
-    ) -> torch.Tensor:
-        """Rows of a (cache, host) pair of tables, each from where it lives, on the device."""
-        out = torch.empty(rows.numel(), cache.shape[1], device=self._device)
-        out[hit.to(self._device)] = cache[slots[hit].to(self._device)]
-        out[miss.to(self._device)] = host[rows[miss]].to(self._device)
+    def _locate(self, rows: torch.Tensor) -> _Where:
+        """Where each of the distinct host `rows` lives now."""
+        slots = self.row_to_slot[rows]
+        hit = slots >= 0
+        hit_at = hit.nonzero().squeeze(1)
+        miss_at = (~hit).nonzero().squeeze(1)
+        device = self._device
+        return _Where(
+            hit_at=hit_at,
+            miss_at=miss_at,
+            miss_rows=rows[miss_at],
+            hit_at_dev=hit_at.to(device),
+            miss_at_dev=miss_at.to(device),
+            slots_dev=slots[hit_at].long().to(device),
+        )
+
+    def _read(self, cache: torch.Tensor, host: torch.Tensor, n: int, where: _Where) -> torch.Tensor:
+        """Rows [n] of a (cache, host) pair of tables, each from where it lives, on the device."""
+        out = torch.empty(n, cache.shape[1], device=self._device)
+        out.index_copy_(0, where.hit_at_dev, cache.index_select(0, where.slots_dev))
+        out.index_copy_(0, where.miss_at_dev, host.index_select(0, where.miss_rows).to(self._device))
         return out
 
     def _read_any(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,6 +331,13 @@ class CachedEmbedding(SelfUpdatingEmbedding):
         cached rows with strictly fewer accesses (least frequently used first)."""
         if self.capacity == 0 or candidates.numel() == 0:
             return
+        if not bool((self.slot_to_row < 0).any()):
+            # A full cache (the steady state): only rows used more often than the least used
+            # cached row can win a slot, so the others need no sorting.
+            floor = self.counts[self.slot_to_row].min()
+            candidates = candidates[self.counts[candidates] > floor]
+            if candidates.numel() == 0:
+                return
         freq = self.counts[candidates]
         order = torch.argsort(freq, descending=True, stable=True)
         candidates, freq = candidates[order], freq[order]
@@ -313,7 +380,7 @@ def _state_bytes(table_sizes: Sequence[int], dim: int, cfg: EmbeddingConfig, spa
     capacity = cache_capacity(rows, cfg)
     host = rows * dim * 4 + rows * width * 4
     device = capacity * (dim + width) * 4
-    index = rows * 8 + rows * 4 + capacity * 8  # counts, row -> slot, slot -> row
+    index = rows * 8 + rows * 4 + rows * 4 + capacity * 8  # counts, row -> slot, dedupe scratch, slot -> row
     return host + device + index
 
 

@@ -52,6 +52,9 @@ class SelfUpdatingEmbedding(nn.Module):
     step_count: torch.Tensor
     rounding_seed: torch.Tensor
     count_accesses = False  # subclasses that need per-row access counts set this
+    # The device whose kernels forward picks (None: its tensors' own). The estimator's CUDA trace
+    # runs on CPU fake tensors and sets it, so it traces what a CUDA run does.
+    kernel_device: str | None = None
 
     def __init__(self, table_sizes: Sequence[int], dim: int, sparse_optimizer: str) -> None:
         super().__init__()
@@ -108,7 +111,11 @@ class SelfUpdatingEmbedding(nn.Module):
         if self.training and torch.is_grad_enabled():
             values.requires_grad_(True)
             self._pending.append(_Pending(rows, values, counts))
-        bags = F.embedding_bag(inverse.view(batch * features, pooling), values, mode="sum")
+        ids_of_bags = inverse.view(batch * features, pooling)
+        if (self.kernel_device or values.device.type) == "cpu":
+            bags = _BagSum.apply(values, ids_of_bags)
+        else:  # CUDA's embedding_bag backward is fast, and deterministic where index_add_ is not
+            bags = F.embedding_bag(ids_of_bags, values, mode="sum")
         return bags.view(batch, features, self.dim)
 
     def sparse_parameters(self) -> list[nn.Parameter]:
@@ -122,12 +129,15 @@ class SelfUpdatingEmbedding(nn.Module):
                 f"{type(self).__name__} was built for row optimizer {self.row_optimizer!r} and cannot "
                 f"apply {update.kind!r}: build it with the optimizer.sparse the run uses"
             )
-        used = [p for p in pending if p.values.grad is not None]
+        used = [(p.rows, p.values.grad) for p in pending if p.values.grad is not None]
         if used:
-            rows = torch.cat([p.rows for p in used])
-            grads = torch.cat([p.values.grad for p in used if p.values.grad is not None])
+            if len(used) == 1:  # one forward's rows are distinct already
+                rows, grads = used[0]
+            else:
+                rows = torch.cat([r for r, _ in used])
+                grads = torch.cat([g for _, g in used])
             fake = is_fake(grads)
-            if len(used) > 1 and not fake:  # one forward's rows are distinct already
+            if len(used) > 1 and not fake:
                 rows, grads = coalesce_rows(rows, grads, self.num_rows)
             if grad_scale != 1.0:
                 grads = grads / grad_scale
@@ -179,6 +189,25 @@ class SelfUpdatingEmbedding(nn.Module):
                 n = min(_INIT_CHUNK_ROWS, rows - first)
                 yield start + first, torch.empty(n, self.dim).uniform_(-bound, bound)
             start += rows
+
+
+class _BagSum(torch.autograd.Function):
+    """`F.embedding_bag(ids, values, mode="sum")` whose backward adds each bag's gradient to its
+    rows with one index_add_, in lookup order: on CPU ~10x faster than embedding_bag's own dense
+    backward (which sorts the ids) for a batch's distinct rows, and as deterministic."""
+
+    @staticmethod
+    def forward(ctx: Any, values: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(ids)
+        ctx.rows = values.shape[0]
+        return F.embedding_bag(ids, values, mode="sum")
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (ids,) = ctx.saved_tensors
+        pooling = ids.shape[1]
+        per_lookup = grad.repeat_interleave(pooling, dim=0) if pooling > 1 else grad
+        return grad.new_zeros(ctx.rows, grad.shape[1]).index_add_(0, ids.reshape(-1), per_lookup), None
 
 
 def _after_load(module: nn.Module, incompatible: Any) -> None:

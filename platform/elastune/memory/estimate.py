@@ -76,6 +76,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from elastune.config import RunConfig
+from elastune.embeddings.self_updating import SelfUpdatingEmbedding
 from elastune.memory.probe import HEAP_MMAP_THRESHOLD
 from elastune.training.precision import autocast_for, resolve_device
 from elastune.workloads import build_workload
@@ -177,6 +178,9 @@ def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
             model = workload.build_model()
         for t in _moved_tensors(model):
             tracker.to_device(t)
+        for module in model.modules():
+            if isinstance(module, SelfUpdatingEmbedding):
+                module.kernel_device = "cuda"  # pick the kernels a CUDA run picks
     opts = Optimizers(model, cfg.optimizer)
     autocast = autocast_for(cfg.precision, torch.device("cpu"))
     scaler = torch.amp.GradScaler("cpu", enabled=False)  # unscaling is in place: no extra bytes
