@@ -137,8 +137,8 @@ class SelfUpdatingEmbedding(nn.Module):
                 rows = torch.cat([r for r, _ in used])
                 grads = torch.cat([g for _, g in used])
             fake = is_fake(grads)
-            if len(used) > 1 and not fake:
-                rows, grads = coalesce_rows(rows, grads, self.num_rows)
+            if len(used) > 1 and not fake:  # (`cached` keeps its rows on the host)
+                rows, grads = coalesce_rows(rows.to(grads.device), grads, self.num_rows)
             if grad_scale != 1.0:
                 grads = grads / grad_scale
             if not fake and not bool(torch.isfinite(grads).all()):
