@@ -7,30 +7,43 @@
 Then a fault run under EDO: one trial SIGKILLed mid-run (restarted once from scratch, as Ray Tune
 does with max_failures=1) and one trial that allocates far beyond its grant.
 
-The device is EDO's virtual device (`VirtualProbe`): a configured capacity whose use is each trial
-process's measured resident memory above its baseline, checked at every step. Trials are real
-processes (Ray actors) running the real engine (`training.loop.train`).
+Trials are real processes (Ray actors on a local Ray bound to 127.0.0.1) running the real engine
+(`training.loop.train`). The device is one of two (`--device`):
 
-How the static split is enforced: each trial runs with a fixed share and the very check EDO uses on
-the virtual device (`EdoBoundary.check`: the step's measured peak against the limit, before the
-update), so a trial whose peak exceeds its share takes the loop's OOM path (halve the micro-batch,
-redo the step) and fails when it cannot halve further. A user's fractional GPU has no such fence:
-an overrun there takes memory from a neighbour, so the CUDA OOM may hit the neighbour instead
-(collateral); the fenced split measured here is the better case for static.
+- `virtual` (the default, CPU): EDO's virtual device (`VirtualProbe`), a configured capacity whose
+  use is each trial process's measured resident memory above its baseline, checked at every step.
+- `cuda`: GPU 0, shared by every trial process (each actor asks Ray for a token 1/100 of the GPU,
+  so Ray makes the GPU visible to all of them and memory alone decides how many run). EDO shares a
+  slice of its memory: the broker's device is `cuda:0/...` with the capacity below, far under the
+  GPU's own, so the CUDA contexts and cuBLAS workspaces (outside any grant) fit in the rest.
+  Use is each trial's caching-allocator reserved bytes above its baseline (`CudaProbe`); a grant
+  is enforced by the allocator itself (`set_per_process_memory_fraction`, set by the probe), which
+  raises the OOM inside the step. Before each run the trial process hands back the previous run's
+  cached blocks and warms the CUDA runtime, so its baseline (the grant's zero) holds the runtime
+  only. A step takes milliseconds there, so every trial's step count (the mix's and the fault
+  run's) is multiplied by `--steps-scale`: by default the factor at which, at the calibration's
+  step times, the mix trains 2 s per trial on average, about as long as on a 2-core CPU unscaled.
 
-Demands (EDO only): each distinct config is measured once alone (step peaks, as the probe sees
-them) in its configured shape and in its smallest shape (micro-batch / 8), then padded as
-tests/integration/test_edo.py does: want = 1.3 x peak, min = 1.2 x smallest peak. The estimator
-(`plan_demand`) is not used: on the virtual device it prices the whole CPU process (runtime
-overhead included) while the probe measures above a baseline taken after warm-up, so it predicts
-2-3x the measured use of these small configs (printed with the calibration).
+How the static split is enforced: each trial runs with a fixed share, fenced as EDO fences a grant
+on the same device: on the virtual device by the very check EDO uses (`EdoBoundary.check`: the
+step's measured peak against the limit, before the update), on CUDA by the allocator's per-process
+fraction (`CudaProbe.set_limit`). A trial whose peak exceeds its share takes the loop's OOM path
+(halve the micro-batch, redo the step) and fails when it cannot halve further. A user's fractional
+GPU has no such fence: an overrun there takes memory from a neighbour, so the CUDA OOM may hit the
+neighbour instead (collateral); the fenced split measured here is the better case for static.
+
+Demands (EDO only): each distinct config is measured once alone (step peaks, as the device's probe
+sees them) in its configured shape and in its smallest shape (micro-batch / 8), then padded as
+tests/integration/test_edo.py does: want = 1.3 x peak, min = 1.2 x smallest peak. The estimator's
+demand (`plan_demand`) is not used for the trials, only printed beside the calibration.
 
 Capacity: 2.5 x the mean `want` of the mix (fits 2-3 of the trials' predicted peaks at once), so
-memory, not the two cores, bounds how many run together.
+memory, not the cores (or the GPU), bounds how many run together.
 
     python bench/edo.py                  # all modes + the fault run; Markdown to stdout
-    python bench/edo.py --copies 1       # the mix once instead of twice (shorter)
+    python bench/edo.py --copies 2       # the mix twice per round instead of once (longer)
     python bench/edo.py --json out.json  # also the raw figures
+    python bench/edo.py --device cuda    # on GPU 0 (exits 2 where CUDA is not available)
 
 Record results in bench/RESULTS.md under "## EDO".
 """
@@ -39,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -62,8 +76,8 @@ from elastune.config import load_run_config
 from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
 from elastune.memory.client import Demand, EdoError, edo_session
 from elastune.memory.policy import DeviceSpec
-from elastune.memory.probe import VirtualProbe
-from elastune.training.loop import OutOfMemory, train
+from elastune.memory.probe import CudaProbe, ElasticProbe, VirtualProbe
+from elastune.training.loop import OutOfMemory, _warm_up_runtime, train
 
 MiB = 2**20
 HEARTBEAT_S = 1.0
@@ -74,8 +88,7 @@ BASE = [
     "warmup_steps=1",
     "eval.samples=512",
     "eval.batch=256",
-    "device=cpu",
-]
+]  # then device=cpu (the virtual device) or device=cuda
 # The mix: (name, overrides). Embedding sizes from 0.0005 to 0.02 of Criteo's rows at dim 16-64,
 # micro-batches 512-4096; steps so that each trains a few seconds alone.
 MIX: list[tuple[str, list[str]]] = [
@@ -89,6 +102,16 @@ MIX: list[tuple[str, list[str]]] = [
     ("s-r0005-d16-b4096", ["data.rows_scale=0.0005", "model.embedding_dim=16", "batch.micro=4096", "steps=12"]),
 ]
 SHRINK = 8  # the smallest shape: micro-batch / 8 (plan_demand's default)
+DEVICES = ("virtual", "cuda")
+GPU_SHARE = 0.01  # CUDA: what each trial process asks of Ray's GPU, only so Ray makes GPU 0 visible to it
+CALIB_STEPS = {"virtual": 4, "cuda": 10}  # calibration run length (CUDA: enough steps to time them)
+# CUDA's default --steps-scale aims at this mean training time per trial, at the calibration's step times (on a
+# 2-core CPU, unscaled: 1.1 s alone, 3.3 s at the calibration's, which runs several configs at once)
+TARGET_TRAIN_S = 2.0
+
+
+def _config(kind: str, overrides: list[str]) -> Any:
+    return load_run_config(None, [*BASE, "device=cuda" if kind == "cuda" else "device=cpu", *overrides])
 
 
 def _micro(overrides: list[str]) -> int:
@@ -99,18 +122,29 @@ def _with_steps(overrides: list[str], steps: int) -> list[str]:
     return [o for o in overrides if not o.startswith("steps=")] + [f"steps={steps}"]
 
 
+def _steps(overrides: list[str]) -> int:
+    return int(next(o.split("=")[1] for o in overrides if o.startswith("steps=")))
+
+
+def _scaled(overrides: list[str], scale: int) -> list[str]:
+    return overrides if scale == 1 else _with_steps(overrides, _steps(overrides) * scale)
+
+
 # ---------------------------------------------------------------------------------------------
 # Trial processes
 
 
 class FixedShare:
-    """The static split's fence: the step's measured peak against a fixed share, exactly as
-    `EdoBoundary.check` does on the virtual device; no broker, no re-shaping."""
+    """The static split's fence, exactly as `EdoBoundary.check` fences a grant: on the virtual
+    device the step's measured peak against a fixed share; where the device enforces the limit
+    itself (CUDA: the probe's allocator fraction, set by the trial) nothing. No broker, no re-shaping."""
 
-    def __init__(self, probe: VirtualProbe, limit: int) -> None:
+    def __init__(self, probe: ElasticProbe, limit: int) -> None:
         self.probe, self.limit = probe, limit
 
     def check(self, state: Any) -> None:
+        if self.probe.enforces_limit:
+            return  # the allocator raises inside the step itself
         used = self.probe.window_peak(reset=False)
         if used > self.limit:
             self.probe.window_peak(reset=True)
@@ -124,10 +158,11 @@ class Sampled:
     """Wraps a boundary: records each step window's peak (read before the inner boundary resets
     it) and the trial's progress (a file the driver reads to pick the moment of a kill)."""
 
-    def __init__(self, inner: Any, probe: VirtualProbe, progress: Path) -> None:
+    def __init__(self, inner: Any, probe: ElasticProbe, progress: Path) -> None:
         self.inner, self.probe, self.progress = inner, probe, progress
         self.trace: list[tuple[float, int]] = []
         self.ooms = 0  # the check's OOMs: each discards the step it happened in, which is redone
+        self.state: Any = None  # the loop's state (one object, updated in place), seen at the first boundary
 
     def check(self, state: Any) -> None:
         try:
@@ -137,53 +172,98 @@ class Sampled:
             raise
 
     def at_boundary(self, state: Any, model: Any) -> None:
+        self.state = state
         self.trace.append((time.time(), self.probe.window_peak(reset=False)))
         self.progress.write_text(str(state.step))
         self.inner.at_boundary(state, model)
 
+    def oom_count(self, failed_oom: bool) -> int:
+        """The run's OOMs. On the virtual device every one is the check's. On CUDA the allocator
+        raises them inside the step, so: the loop's recoveries, plus the last one if the run
+        failed on it (the same count: each recovered OOM and the one that ended the run)."""
+        if not self.probe.enforces_limit:
+            return self.ooms
+        return (self.state.oom_retries if self.state is not None else 0) + int(failed_oom)
+
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class TrialRunner:
-    """One trial process; kept across trials (imports cost seconds), replaced when killed."""
+    """One trial process; kept across trials (imports cost seconds), replaced when killed.
+    `kind`: "virtual" (CPU) or "cuda" (GPU 0, which Ray makes visible: see `new_runner`)."""
 
-    def __init__(self) -> None:
-        torch.set_num_threads(1)  # several trials share two cores
+    def __init__(self, kind: str) -> None:
+        torch.set_num_threads(1)  # several trials share the cores
+        self.kind = kind
+        self.gpu = torch.device("cuda", 0) if kind == "cuda" else None
 
     def pid(self) -> int:
         return os.getpid()
 
+    def device_info(self) -> dict[str, Any]:
+        if self.gpu is None:
+            return {}
+        props = torch.cuda.get_device_properties(self.gpu)
+        return {"name": props.name, "total_bytes": int(props.total_memory), "cuda": torch.version.cuda}
+
     def warm(self) -> int:
         from elastune.memory.estimate import estimate  # train() estimates first; import it before the clock
 
-        estimate(load_run_config(None, [*BASE, *MIX[0][1]]))
+        estimate(_config(self.kind, MIX[0][1]))
+        if self.gpu is not None:
+            self._fresh_baseline()  # the CUDA context and runtime, before the clock too
         return os.getpid()
 
-    def measure(self, overrides: list[str]) -> int:
-        """The highest step peak of a short run alone (the build and the evaluation are not steps)."""
-        cfg = load_run_config(None, [*BASE, *overrides])
-        probe = VirtualProbe(1 << 40)
+    def _fresh_baseline(self) -> None:
+        """CUDA, before each run: hand back the blocks the previous run left cached (else they sit
+        in the baseline, and the run's first allocations reuse them unseen and unfenced), then run
+        the loop's warm-up step, so what the runtime keeps (cuBLAS workspaces, kernels, the small
+        segment the warm-up's tensors were cut from) exists before the baseline, as it does before
+        `train`'s own (its warm-up then reuses it). The grant's fraction counts all this process
+        reserves: its zero must be the runtime alone, the same zero `train` measures from."""
+        assert self.gpu is not None
+        gc.collect()
+        torch.cuda.empty_cache()
+        _warm_up_runtime(self.gpu)
+        torch.cuda.synchronize(self.gpu)
+
+    def _probe(self, capacity: int) -> ElasticProbe:
+        if self.gpu is None:
+            return VirtualProbe(capacity)
+        self._fresh_baseline()
+        probe = CudaProbe(self.gpu)
+        probe.reset()  # the baseline a grant is set on (train() takes its own again, after its warm-up)
+        return probe
+
+    def measure(self, overrides: list[str]) -> tuple[int, float]:
+        """The highest step peak of a short run alone (the build and the evaluation are not steps),
+        and its seconds per step (the first step, which creates the optimizer state, left out)."""
+        cfg = _config(self.kind, overrides)
+        probe = self._probe(1 << 40)
         peaks: list[int] = []
+        times: list[float] = []
 
         class Record:
             def check(self, state: Any) -> None:
                 pass
 
             def at_boundary(self, state: Any, model: Any) -> None:
-                peaks.append(probe.window_peak(reset=True))
+                peaks.append(probe.window_peak(reset=True))  # on CUDA a sync: the step's kernels are done
+                times.append(time.perf_counter())
 
         train(cfg, probe=probe, boundary=Record())
-        return max(peaks[1:])
+        return max(peaks[1:]), (times[-1] - times[1]) / max(1, len(times) - 2)
 
     def run(self, trial_id: str, job: dict[str, Any]) -> dict[str, Any]:
-        cfg = load_run_config(None, [*BASE, *job["overrides"]])
-        probe = VirtualProbe(job["capacity"])
+        cfg = _config(self.kind, job["overrides"])
+        probe = self._probe(job["capacity"])
         progress = Path(job["progress_dir"]) / trial_id
         progress.unlink(missing_ok=True)
         hog = int(job.get("hog_bytes", 0))
 
         def fault(step: int, micro_index: int) -> None:
             if hog and step >= job["hog_from"] and micro_index == 0:
-                block = torch.ones(hog // 4)  # touched, so resident: far beyond the grant
+                # touched, so resident (CPU) or allocated on the GPU (CUDA): far beyond the grant
+                block = torch.ones(hog // 4, device=self.gpu)
                 del block
 
         out: dict[str, Any] = {"trial_id": trial_id, "pid": os.getpid(), "ok": False, "t_start": time.time()}
@@ -203,18 +283,24 @@ class TrialRunner:
             else:
                 out["t_granted"] = time.time()
                 sampled = Sampled(FixedShare(probe, job["share"]), probe, progress)
+                probe.set_limit(job["share"])  # CUDA: the allocator's fence (virtual: recorded; FixedShare checks)
                 try:
                     result = train(cfg, probe=probe, boundary=sampled, fault=fault)
                 finally:
+                    probe.set_limit(None)
                     out["t_end"] = time.time()
             out.update(ok=True, steps=result.steps, micro=result.micro_batch)
-        except (OutOfMemory, EdoError) as exc:
+        except (OutOfMemory, EdoError, torch.OutOfMemoryError) as exc:
+            # torch's own OOM reaches here only on CUDA, from outside the steps (the build, the evaluation)
+            failed_oom = not isinstance(exc, EdoError)
             out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             out["t_end"] = out.get("t_end", time.time())
             out["steps"] = int(progress.read_text()) if progress.exists() else 0  # done before failing: lost
+        else:
+            failed_oom = False
         out.setdefault("t_granted", out["t_end"])  # never granted: held nothing
         if sampled is not None:
-            out["oom_retries"] = sampled.ooms
+            out["oom_retries"] = sampled.oom_count(failed_oom)
             out["trace"] = [*sampled.trace, (time.time(), probe.window_peak(reset=False))]  # last: the eval
         return out
 
@@ -231,19 +317,40 @@ class Trial:
     demand: Demand
 
 
-def calibrate(runners: list[Any]) -> tuple[dict[str, Demand], list[dict[str, Any]]]:
+def new_runner(kind: str) -> Any:
+    """A trial process. On CUDA it asks Ray for a token share of the GPU (`GPU_SHARE`), so that Ray
+    sets its CUDA_VISIBLE_DEVICES to GPU 0, which every trial shares: memory is EDO's to divide
+    (or the static split's fence), not Ray's."""
+    actor: Any = TrialRunner  # Ray's stubs do not type an actor class's .remote / .options
+    if kind == "cuda":
+        return actor.options(num_gpus=GPU_SHARE).remote(kind)
+    return actor.remote(kind)
+
+
+def device_spec(kind: str, name: str, capacity: int) -> DeviceSpec:
+    """The broker's device: the virtual one, or a slice of GPU 0's memory. No reserve on CUDA: the
+    slice is far below the GPU's memory, and the CUDA contexts and cuBLAS workspaces (outside every
+    grant) fit in the rest."""
+    return DeviceSpec(f"cuda:0/{name}" if kind == "cuda" else f"virtual:{name}", capacity_bytes=capacity)
+
+
+def calibrate(runners: list[Any], kind: str) -> tuple[dict[str, Demand], list[dict[str, Any]]]:
     """Measure each config's step peak alone, in its configured and its smallest shape."""
     jobs = []
+    steps = CALIB_STEPS[kind]
     for name, overrides in MIX:
         micro = _micro(overrides)
         small = [*overrides, f"batch.micro={micro // SHRINK}", f"batch.accum={SHRINK}"]
-        jobs.append((name, "full", _with_steps(overrides, 4)))
-        jobs.append((name, "small", _with_steps(small, 4)))
+        jobs.append((name, "full", _with_steps(overrides, steps)))
+        jobs.append((name, "small", _with_steps(small, steps)))
     futures = [runners[i % len(runners)].measure.remote(ov) for i, (_, _, ov) in enumerate(jobs)]
     peaks = ray.get(futures)
     measured: dict[str, dict[str, int]] = {}
-    for (name, shape, _), peak in zip(jobs, peaks, strict=True):
+    step_s: dict[str, float] = {}
+    for (name, shape, _), (peak, seconds) in zip(jobs, peaks, strict=True):
         measured.setdefault(name, {})[shape] = peak
+        if shape == "full":
+            step_s[name] = seconds
     demands, rows = {}, []
     from elastune.memory.client import plan_demand
 
@@ -253,7 +360,7 @@ def calibrate(runners: list[Any]) -> tuple[dict[str, Demand], list[dict[str, Any
         demands[name] = Demand(
             want_bytes=want, min_bytes=min(want, int(1.2 * m["small"])), min_micro=_micro(overrides) // SHRINK
         )
-        planned = plan_demand(load_run_config(None, [*BASE, *overrides]))
+        planned = plan_demand(_config(kind, overrides))
         rows.append(
             {
                 "name": name,
@@ -263,14 +370,23 @@ def calibrate(runners: list[Any]) -> tuple[dict[str, Demand], list[dict[str, Any
                 "min": demands[name].min_bytes,
                 "plan_want": planned.want_bytes,
                 "plan_min": planned.min_bytes,
+                "step_s": step_s[name],  # not alone on the device: calibration runs on every runner at once
             }
         )
     return demands, rows
 
 
+def auto_steps_scale(calib: list[dict[str, Any]]) -> int:
+    """The step multiplier at which the mix trains `TARGET_TRAIN_S` per trial on average, at the
+    calibration's step times (several configs at once, so somewhat slower than alone), at least 1."""
+    mean_s = statistics.mean(_steps(overrides) * c["step_s"] for (_, overrides), c in zip(MIX, calib, strict=True))
+    return max(1, round(TARGET_TRAIN_S / mean_s)) if mean_s > 0 else 1
+
+
 def run_queue(runners: list[Any], jobs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float, float]:
     """Run `jobs` in order on the runners, one at a time each (a slot per runner)."""
-    pending, free, running, results = list(jobs), list(runners), {}, []
+    pending, free, results = list(jobs), list(runners), []
+    running: dict[Any, tuple[Any, dict[str, Any]]] = {}
     t0 = time.time()
     while pending or running:
         while pending and free:
@@ -403,8 +519,8 @@ def fixed_jobs(trials: list[Trial], capacity: int, share: int, progress: str, mo
     ]
 
 
-def run_edo(runners: list[Any], trials: list[Trial], capacity: int, progress: str) -> dict[str, Any]:
-    spec = DeviceSpec("virtual:bench-edo", capacity_bytes=capacity)
+def run_edo(runners: list[Any], trials: list[Trial], capacity: int, progress: str, kind: str) -> dict[str, Any]:
+    spec = device_spec(kind, "bench-edo", capacity)
     ensure_broker([spec], BrokerConfig(heartbeat_s=HEARTBEAT_S))
     try:
         results, t0, t1 = run_queue(runners, edo_jobs(trials, spec, progress))
@@ -467,17 +583,20 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def run_faults(runners: list[Any], demands: dict[str, Demand], capacity: int, progress: str) -> dict[str, Any]:
+def run_faults(
+    runners: list[Any], demands: dict[str, Demand], capacity: int, progress: str, kind: str, scale: int
+) -> dict[str, Any]:
     """Neighbours n1, n2 (small); a hog (small config, allocates 3x its want from step 3); a victim
-    (large) SIGKILLed mid-run (at step 8 or later of 60) once the hog is done and a copy of it
-    queues behind it; the victim is then restarted from scratch on a fresh process."""
-    spec = DeviceSpec("virtual:bench-faults", capacity_bytes=capacity)
+    (large) SIGKILLed mid-run (at step 8 or later of 60; steps, but not the hog's step 3, times the
+    steps scale) once the hog is done and a copy of it queues behind it; the victim is then
+    restarted from scratch on a fresh process."""
+    spec = device_spec(kind, "bench-faults", capacity)
     ensure_broker([spec], BrokerConfig(heartbeat_s=HEARTBEAT_S))
     mix = dict(MIX)
     small, large = "s-r0005-d64-b1024", "l-r01-d64-b2048"
 
     def job(trial_id: str, name: str, steps: int, **extra: Any) -> dict[str, Any]:
-        t = Trial(trial_id, name, _with_steps(mix[name], steps), demands[name])
+        t = Trial(trial_id, name, _with_steps(mix[name], steps * scale), demands[name])
         return {**edo_jobs([t], spec, progress)[0], **extra}
 
     jobs = {
@@ -493,10 +612,10 @@ def run_faults(runners: list[Any], demands: dict[str, Demand], capacity: int, pr
         t0 = time.time()
         futures = {key: runners[i].run.remote(jobs[key]["trial_id"], jobs[key]) for i, key in enumerate(jobs) if i < 4}
         hog = ray.get(futures.pop("hog"), timeout=300)
-        _wait(lambda: _step(progress, "f-victim") >= 3, 120, "the victim to train")
+        _wait(lambda: _step(progress, "f-victim") >= 3 * scale, 120, "the victim to train")
         futures["waiter"] = runners[2].run.remote("f-waiter", jobs["waiter"])
         _wait(lambda: _grants().get("f-waiter", {}).get("state") == "waiting", 60, "the copy to queue")
-        _wait(lambda: _step(progress, "f-victim") >= 8, 120, "the victim to reach step 8")
+        _wait(lambda: _step(progress, "f-victim") >= 8 * scale, 120, f"the victim to reach step {8 * scale}")
         before = _grants()
         grant = before["f-victim"]["grant_bytes"]
         lost = _step(progress, "f-victim")
@@ -530,7 +649,7 @@ def run_faults(runners: list[Any], demands: dict[str, Demand], capacity: int, pr
         )
         with contextlib.suppress(ray.exceptions.RayActorError):  # killed, as intended
             ray.get(futures.pop("victim"), timeout=30)
-        fresh = TrialRunner.remote()  # the restart: a new process, cold imports and all, from step 0
+        fresh = new_runner(kind)  # the restart: a new process, cold imports and all, from step 0
         restart = fresh.run.remote("f-victim-restart", {**jobs["victim"], "trial_id": "f-victim-restart"})
         rest = dict(zip(futures, ray.get(list(futures.values()), timeout=600), strict=True))
         rest["victim-restart"] = ray.get(restart, timeout=600)
@@ -605,9 +724,22 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
         f"ray {ray.__version__}; date {date.today()}; load average at start {info['load_start']}, "
         f"at end {info['load_end']}; benchmark wall time {info['wall_s']:.0f} s"
     )
+    if info["device"] == "cuda":
+        gpu = info["gpu"]
+        device = (
+            f"- device: GPU 0, {gpu['name']} ({gpu['total_bytes'] / MiB:.0f} MiB; torch CUDA {gpu['cuda']}), "
+            f"shared by every trial process; EDO's device a slice of it, capacity {info['capacity'] / MiB:.1f} MiB "
+            "= 2.5 x the mix's mean want; use = caching-allocator reserved bytes above each run's baseline "
+            "(`CudaProbe`), grants and static shares enforced by the allocator's per-process memory fraction; "
+            f"trial steps x {info['steps_scale']} (at x 1 the mix trains {info['mix_train_s']:.2f} s per trial on "
+            "average, as timed in the calibration, several configs at once); "
+        )
+    else:
+        scaled = "" if info["steps_scale"] == 1 else f"trial steps x {info['steps_scale']}; "
+        device = f"- device: virtual (`VirtualProbe`), capacity {info['capacity'] / MiB:.1f} MiB = 2.5 x the mix's "
+        device += f"mean want; {scaled}"
     lines.append(
-        f"- device: virtual (`VirtualProbe`), capacity {info['capacity'] / MiB:.1f} MiB = 2.5 x the mix's mean "
-        f"want; {info['trials']} trials ({info['copies']} x the mix of {len(MIX)}) per round, same order in "
+        device + f"{info['trials']} trials ({info['copies']} x the mix of {len(MIX)}) per round, same order in "
         "every mode, "
         f"{info['rounds']} rounds (mode order reversed every other round), figures summed over rounds; "
         f"heartbeat {HEARTBEAT_S:g} s; one torch thread per trial"
@@ -626,7 +758,7 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
     ]
     lines[-1] += "mean running | OOMs | restarts | lost steps |"
     lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for m in [*modes, faults]:
+    for m in [*modes, faults] if "error" not in faults else modes:
         lost = m["lost_detail"]
         lines.append(
             f"| {m['mode']} | {m.get('slots', '-')} | {m['completed']}/{m['trials']} | {m['wall_s']:.1f} | "
@@ -651,6 +783,9 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
         if m["failed"]:
             lines.append(f"- {m['mode']} failed: " + "; ".join(m["failed"]))
     f = faults
+    if "error" in f:
+        lines.append(f"- fault run failed: {f['error']}")
+        return "\n".join(lines)
     lines += [
         f"- fault run, kill: the victim held {f['victim_grant'] / MiB:.1f} MiB (a copy of it "
         f"{f['waiter_state_at_kill']} behind it); its grant left the broker after "
@@ -682,30 +817,56 @@ def main() -> None:
     parser.add_argument("--also-k", type=int, default=3, help="a second static split for comparison (0: none)")
     parser.add_argument("--edo-slots", type=int, default=4, help="EDO: trials started at once (memory decides)")
     parser.add_argument("--json", help="write raw figures here")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="virtual",
+        help="virtual: EDO's virtual device on CPU (VirtualProbe); cuda: GPU 0, shared, measured and fenced by "
+        "the CUDA caching allocator (CudaProbe)",
+    )
+    parser.add_argument(
+        "--steps-scale",
+        type=int,
+        help="multiply every trial's steps (the mix's and the fault run's); default 1 on the virtual device, on "
+        f"CUDA chosen from the calibration's step times so the mix trains {TARGET_TRAIN_S:g} s per trial on average",
+    )
     args = parser.parse_args()
+    kind = args.device
+    if kind == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: CUDA is not available here (torch sees no GPU); use --device virtual")
+    if args.steps_scale is not None and args.steps_scale < 1:
+        parser.error(f"--steps-scale {args.steps_scale}: must be >= 1")
     info: dict[str, Any] = {
         "load_start": _load(),
         "copies": args.copies,
         "rounds": args.rounds,
         "command": "python " + " ".join(sys.argv),
+        "device": kind,
     }
     started = time.time()
     ray.init(
         address="local",
         num_cpus=2,
+        num_gpus=1 if kind == "cuda" else None,  # trials share GPU 0, each asking Ray for GPU_SHARE of it
         _node_ip_address="127.0.0.1",
         include_dashboard=False,
         log_to_driver=False,
     )
     progress = tempfile.mkdtemp(prefix="elastune-edo-bench-")
     try:
-        runners = [TrialRunner.remote() for _ in range(max(args.edo_slots, args.k, 5))]
+        runners = [new_runner(kind) for _ in range(max(args.edo_slots, args.k, 5))]
         ray.get([r.warm.remote() for r in runners])
-        demands, calib = calibrate(runners)
+        if kind == "cuda":
+            info["gpu"] = ray.get(runners[0].device_info.remote())
+        demands, calib = calibrate(runners, kind)
         capacity = int(2.5 * statistics.mean(d.want_bytes for d in demands.values()))
         info["capacity"] = capacity
+        info["mix_train_s"] = statistics.mean(_steps(ov) * c["step_s"] for (_, ov), c in zip(MIX, calib, strict=True))
+        scale = args.steps_scale or (auto_steps_scale(calib) if kind == "cuda" else 1)
+        info["steps_scale"] = scale
+        print(f"capacity {capacity / MiB:.1f} MiB, steps x {scale}", file=sys.stderr)
         trials = [
-            Trial(f"{c}-{i}-{name}", name, overrides, demands[name])
+            Trial(f"{c}-{i}-{name}", name, _scaled(overrides, scale), demands[name])
             for c in range(args.copies)
             for i, (name, overrides) in enumerate(MIX)
         ]
@@ -716,7 +877,7 @@ def main() -> None:
         # Each mode once per round; the order reverses every other round, so a change in the
         # machine's load during the run weighs on every mode alike.
         modes: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-            ("EDO", lambda: run_edo(runners[: args.edo_slots], trials, capacity, progress)),
+            ("EDO", lambda: run_edo(runners[: args.edo_slots], trials, capacity, progress, kind)),
             ("static", lambda: run_fixed(runners, trials, capacity, args.k, progress, f"static 1/{args.k}")),
             ("seq", lambda: run_fixed(runners, trials, capacity, 1, progress, "one at a time")),
         ]
@@ -729,8 +890,12 @@ def main() -> None:
                 runs[key].append(fn())
                 log(runs[key][-1])
         edo, static, seq, *extra = [combine(runs[key]) for key, _ in modes]
-        faults = run_faults(runners, demands, capacity, progress)
-        log(faults)
+        try:
+            faults = run_faults(runners, demands, capacity, progress, kind, scale)
+            log(faults)
+        except (TimeoutError, ray.exceptions.RayError) as exc:  # report the modes measured above all the same
+            faults = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            print(f"fault run failed: {faults['error']}", file=sys.stderr)
     finally:
         ray.shutdown()
     info["load_end"] = _load()
