@@ -77,7 +77,7 @@ from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shu
 from elastune.memory.client import Demand, EdoError, edo_session
 from elastune.memory.policy import DeviceSpec
 from elastune.memory.probe import CudaProbe, ElasticProbe, VirtualProbe
-from elastune.training.loop import OutOfMemory, _warm_up_runtime, train
+from elastune.training.loop import OutOfMemory, train, warm_up_runtime
 
 MiB = 2**20
 HEARTBEAT_S = 1.0
@@ -223,7 +223,7 @@ class TrialRunner:
         assert self.gpu is not None
         gc.collect()
         torch.cuda.empty_cache()
-        _warm_up_runtime(self.gpu)
+        warm_up_runtime(self.gpu)
         torch.cuda.synchronize(self.gpu)
 
     def _probe(self, capacity: int) -> ElasticProbe:

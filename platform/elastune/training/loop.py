@@ -30,7 +30,7 @@ from elastune.training.precision import autocast_for, check_precision, grad_scal
 from elastune.workloads import Workload, build_workload
 from elastune.workloads.data import Batch
 
-__all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "forward_backward", "train"]
+__all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "forward_backward", "train", "warm_up_runtime"]
 
 # Called before each micro-batch's forward with (step, micro_index); tests raise OOM from it.
 FaultHook = Callable[[int, int], None]
@@ -147,7 +147,7 @@ def train(
     workload = build_workload(cfg)
     autocast = autocast_for(cfg.precision, device)
     probe = probe or probe_for(device)
-    _warm_up_runtime(device)
+    warm_up_runtime(device)
     # The data stream is opened before the baseline: opening it is set-up, not training (the
     # synthetic stream calibrates its teacher on 32k samples, a one-off 24-70 MiB of temporaries
     # that the pinned heap would keep resident and count as this config's peak). What it holds
@@ -289,7 +289,7 @@ def _rate(timed_from: tuple[float, int] | None, state: LoopState) -> float | Non
     return (state.samples - timed_from[1]) / seconds if seconds > 0 else None
 
 
-def _warm_up_runtime(device: torch.device) -> None:
+def warm_up_runtime(device: torch.device) -> None:
     """Run one tiny training step so torch's lazily built pieces (kernels, autograd threads,
     allocator pools) exist before the baseline; they are the runtime's memory, not the run's."""
     emb = nn.EmbeddingBag(16, 4, mode="sum").to(device)
