@@ -39,6 +39,7 @@ from torch import nn
 
 from elastune.config import EmbeddingConfig
 from elastune.embeddings.base import StrategySpec, register
+from elastune.embeddings.sparse_optim import pooled_sum
 
 __all__ = [
     "DEFAULT_COMPRESSION",
@@ -208,7 +209,9 @@ class HashedEmbedding(nn.Module):
         return out if self._ordered else out.index_select(1, self.order)
 
     def _bag(self, flat: torch.Tensor) -> torch.Tensor:
-        return F.embedding_bag(flat, self.weight, mode="sum", sparse=self.sparse_grad)
+        if self.sparse_grad:  # for the row optimizers: a gradient of distinct rows, as `full` gives
+            return pooled_sum(flat, self.weight)
+        return F.embedding_bag(flat, self.weight, mode="sum")
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         return [self.weight]

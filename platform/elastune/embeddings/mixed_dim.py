@@ -52,6 +52,7 @@ from torch import nn
 from elastune.config import EmbeddingConfig
 from elastune.embeddings.base import StrategySpec, register
 from elastune.embeddings.hashed import hash_seed
+from elastune.embeddings.sparse_optim import pooled_sum
 
 __all__ = ["MIN_ROWS", "MixedDimEmbedding", "MixedLayout", "block_widths", "mixed_layout"]
 
@@ -257,7 +258,8 @@ class MixedDimEmbedding(nn.Module):
         if lay.full:
             sel = ids.index_select(1, self.full_features) + self.full_starts.view(1, -1, 1)
             flat = sel.reshape(-1, pooling)
-            bag = F.embedding_bag(flat, self.full, mode="sum", sparse=self.sparse_grad)
+            # row optimizers: a gradient of distinct rows, as `full` gives
+            bag = pooled_sum(flat, self.full) if self.sparse_grad else F.embedding_bag(flat, self.full, mode="sum")
             parts.append(bag.view(batch, len(lay.full), self.dim))
         if lay.mixed:
             n = len(lay.mixed)

@@ -50,6 +50,7 @@ from torch import nn
 from elastune.config import EmbeddingConfig
 from elastune.embeddings.base import StrategySpec, register
 from elastune.embeddings.hashed import compressed_rows
+from elastune.embeddings.sparse_optim import pooled_sum
 
 __all__ = ["QREmbedding", "QRLayout", "qr_layout"]
 
@@ -180,8 +181,8 @@ class QREmbedding(nn.Module):
             r = r + self.r_starts.view(1, -1, 1)
             n = len(lay.split)
             if self.combine == "mult":
-                qv = F.embedding(q, self.quotient, sparse=self.sparse_grad)  # [B, F_split, P, dim]
-                rv = F.embedding(r, self.remainder, sparse=self.sparse_grad)
+                qv = self._rows(q, self.quotient)  # [B, F_split, P, dim]
+                rv = self._rows(r, self.remainder)
                 parts.append((qv * rv).sum(dim=2))
             else:
                 qb = self._bag(q.reshape(-1, pooling), self.quotient).view(batch, n, lay.q_width)
@@ -191,7 +192,15 @@ class QREmbedding(nn.Module):
         return out if self._ordered else out.index_select(1, self.order)
 
     def _bag(self, flat: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return F.embedding_bag(flat, weight, mode="sum", sparse=self.sparse_grad)
+        if self.sparse_grad:  # for the row optimizers: a gradient of distinct rows, as `full` gives
+            return pooled_sum(flat, weight)
+        return F.embedding_bag(flat, weight, mode="sum")
+
+    def _rows(self, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The row of each id: [...] -> [..., width]."""
+        if self.sparse_grad:
+            return pooled_sum(ids.reshape(-1, 1), weight).view(*ids.shape, weight.shape[1])
+        return F.embedding(ids, weight)
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         return [p for p in (self.full, self.quotient, self.remainder) if p.shape[0] > 0]
