@@ -17,7 +17,8 @@ gradient row per *lookup*, uncoalesced (4096 x 26 Zipf lookups hit ~23k distinct
 rows than the update needs), and coalescing that COO tensor in the step was most of the update's
 time. `pooled_sum`'s backward sums the lookups of each distinct row once (one stable sort, then
 `embedding_bag` over the output gradient: `_sum_by_row`) and hands autograd a gradient with one
-row per distinct row, which the step takes as it is.
+row per distinct row, which the step takes as it is. `full`, `hashed`, `qr` and `mixed_dim`'s
+unhashed tables look up through it; on CUDA `_sum_by_row` sums with `index_add_` instead (see there).
 """
 
 from __future__ import annotations
