@@ -41,6 +41,7 @@ from torch import nn
 
 from elastune.config import EmbeddingConfig
 from elastune.embeddings.base import StrategySpec, register
+from elastune.embeddings.sparse_optim import pooled_sum
 
 __all__ = ["SharedEmbedding", "SharedLayout", "default_groups", "shared_layout", "validate_groups"]
 
@@ -139,6 +140,8 @@ class SharedEmbedding(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         batch, features, pooling = ids.shape
         flat = self.rows_of(ids).view(batch * features, pooling)
+        if self.bag.sparse:  # for the row optimizers: a gradient of distinct rows, as `full` gives
+            return pooled_sum(flat, self.bag.weight).view(batch, features, self.dim)
         return self.bag(flat).view(batch, features, self.dim)
 
     def sparse_parameters(self) -> list[nn.Parameter]:
