@@ -33,6 +33,7 @@ SCRIPT = textwrap.dedent(
         CpuProbe()
     else:
         VirtualProbe(capacity_bytes=2**30)
+    torch.ones(2**20).add_(1)  # torch's lazy set-up (the thread pool's stacks) before measuring
     print(json.dumps([left_after_free(20 * MiB), left_after_free(40 * MiB)]))
     """
 )
