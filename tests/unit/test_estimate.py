@@ -10,8 +10,12 @@ from collections.abc import Callable
 import pytest
 import torch
 from elastune.config import RunConfig, load_run_config
-from elastune.memory.estimate import PARTS, estimate, trace
+from elastune.embeddings.full import feature_offsets
+from elastune.embeddings.int8 import Int8Embedding
+from elastune.embeddings.sparse_optim import pooled_sum, traced_distinct_rows
+from elastune.memory.estimate import PARTS, distinct_rows, estimate, trace
 from elastune.workloads import build_workload
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 MakeCfg = Callable[..., RunConfig]
 
@@ -110,6 +114,50 @@ def test_activations_leave_out_the_model_build_and_the_optimizer_step() -> None:
     assert tracker.train_activations() < tracker.classify()["activations"]
     dense = trace(load_run_config(None, ["device=cpu", "steps=2", "warmup_steps=1", "batch.micro=8192"]))
     assert dense.train_activations() > 16 * 2**20  # a micro-batch of 8192's forward/backward
+
+
+def test_distinct_rows_are_counted_on_the_runs_own_data() -> None:
+    cfg = load_run_config(None, ["device=cpu", "batch.micro=4096", "eval.batch=512"])
+    wl = build_workload(cfg)
+    offsets = feature_offsets(wl.table_sizes).view(1, -1, 1)
+    expected = {}
+    for n in (4096, 512):
+        ids = wl.data_source().read(0, n).sparse
+        expected[ids.numel()] = torch.unique(ids + offsets).numel()
+    assert distinct_rows(cfg) == expected
+    assert expected[4096 * 26] < 4096 * 26 / 5  # Zipf ids: most lookups repeat a row
+
+
+def test_fake_lookups_hold_the_distinct_rows_they_are_told() -> None:
+    # Fake ids have no values; `traced_distinct_rows` says how many distinct rows a batch holds.
+    # The self-updating strategies gather (and later update) that many rows; pooled_sum's table
+    # gradient has that many. A batch of a size not in the map: one row per lookup.
+    with FakeTensorMode():
+        int8 = Int8Embedding([100, 50], dim=4)
+        table = torch.nn.Parameter(torch.zeros(150, 4))
+        ids = torch.zeros(32, 2, 1, dtype=torch.int64)
+        with traced_distinct_rows({64: 10}):
+            int8(ids).sum().backward()
+            (table_grad,) = torch.autograd.grad(pooled_sum(ids.view(64, 1), table).sum(), [table])
+            int8(torch.zeros(16, 2, 1, dtype=torch.int64))
+        assert [p.values.shape[0] for p in int8._pending] == [10, 32]
+        assert table_grad._values().shape == (10, 4)
+
+
+def test_skewed_data_traces_fewer_rows_for_strategies_that_deduplicate() -> None:
+    # The same config on near-uniform ids (zipf_alpha 0.1) touches many more distinct rows per
+    # micro-batch than on the default skew: int8's traced step holds at least one fp32 copy of
+    # each (the gathered rows); `full` with dense Adam does not depend on the ids at all.
+    base = ["device=cpu", "batch.micro=4096", "steps=2", "warmup_steps=1"]
+    int8 = [*base, "embedding.strategy=int8", "optimizer.sparse=rowwise_adagrad"]
+    (skewed_rows,), (uniform_rows,) = (
+        distinct_rows(load_run_config(None, [*int8, f"data.zipf_alpha={a}"])).values() for a in (1.15, 0.1)
+    )
+    assert uniform_rows > 2 * skewed_rows
+    skewed, uniform = (trace(load_run_config(None, [*int8, f"data.zipf_alpha={a}"])) for a in (1.15, 0.1))
+    assert uniform.train_peak - skewed.train_peak >= (uniform_rows - skewed_rows) * 16 * 4
+    full_skewed, full_uniform = (trace(load_run_config(None, [*base, f"data.zipf_alpha={a}"])) for a in (1.15, 0.1))
+    assert full_skewed.train_peak == full_uniform.train_peak
 
 
 def test_prediction_is_close_to_a_fresh_process_measurement() -> None:

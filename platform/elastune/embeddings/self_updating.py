@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.nn import functional as F
 
 from elastune.embeddings.full import feature_offsets
-from elastune.embeddings.sparse_optim import ROW_KINDS, RowUpdate, coalesce_rows, state_width
+from elastune.embeddings.sparse_optim import ROW_KINDS, RowUpdate, coalesce_rows, state_width, traced_rows
 
 __all__ = ["SelfUpdatingEmbedding"]
 
@@ -44,8 +44,9 @@ class SelfUpdatingEmbedding(nn.Module):
     micro-batches and unscaled, go to `_update_rows`, which applies the row optimizer and stores
     the result in the subclass's format.
 
-    Under FakeTensorMode (the memory estimator) ids have no values: every id is treated as a
-    distinct row, the worst case, and nothing branches on data.
+    Under FakeTensorMode (the memory estimator) ids have no values: a batch holds as many distinct
+    rows as `sparse_optim.traced_rows` says (by default every id its own row, the worst case), and
+    nothing branches on data.
     """
 
     offsets: torch.Tensor
@@ -158,9 +159,11 @@ class SelfUpdatingEmbedding(nn.Module):
 
     def _distinct(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(distinct rows, index of each id among them, occurrences of each row or None)."""
-        if is_fake(flat):  # no values to deduplicate: every id its own row, the worst case
-            ones = torch.ones_like(flat) if self.count_accesses else None
-            return flat, torch.arange(flat.numel(), device=flat.device), ones
+        if is_fake(flat):  # no values to deduplicate: as many rows as the trace is told (`traced_rows`)
+            n = traced_rows(flat.numel())
+            rows = flat if n == flat.numel() else flat.new_empty(n)
+            ones = torch.ones_like(rows) if self.count_accesses else None
+            return rows, torch.arange(flat.numel(), device=flat.device), ones
         if self.count_accesses:
             rows, inverse, counts = torch.unique(flat, return_inverse=True, return_counts=True)
             return rows, inverse, counts
@@ -187,7 +190,12 @@ class SelfUpdatingEmbedding(nn.Module):
             bound = rows**-0.5
             for first in range(0, rows, _INIT_CHUNK_ROWS):
                 n = min(_INIT_CHUNK_ROWS, rows - first)
-                yield start + first, torch.empty(n, self.dim).uniform_(-bound, bound)
+                chunk = torch.empty(n, self.dim).uniform_(-bound, bound)
+                yield start + first, chunk
+                if is_fake(chunk):
+                    # The memory estimator: no values to set, and every chunk makes the same scratch
+                    # as the first (the real-size int8 tables took 16 s to build chunk by chunk).
+                    break
             start += rows
 
 

@@ -19,11 +19,18 @@ time. `pooled_sum`'s backward sums the lookups of each distinct row once (one st
 `embedding_bag` over the output gradient: `_sum_by_row`) and hands autograd a gradient with one
 row per distinct row, which the step takes as it is. `full`, `hashed`, `qr` and `mixed_dim`'s
 unhashed tables look up through it; on CUDA `_sum_by_row` sums with `index_add_` instead (see there).
+
+Under the memory estimator's fake tensors ids have no values, so nothing can be deduplicated:
+`traced_rows(n)` says how many distinct rows to trace for a batch of n lookups. By default every
+lookup is its own row (the worst case); the estimator measures the run's own data and sets the
+real counts with `traced_distinct_rows` (memory/estimate.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -38,6 +45,8 @@ __all__ = [
     "coalesce_rows",
     "pooled_sum",
     "state_width",
+    "traced_distinct_rows",
+    "traced_rows",
     "write_rows",
 ]
 
@@ -72,6 +81,27 @@ class RowUpdate:
         else:  # rowwise_adagrad: one accumulator per row, the mean squared gradient of the row
             state.add_(grad.square().mean(dim=1, keepdim=True))
             weight.addcdiv_(grad, state.sqrt().add_(self.eps), value=-self.lr)
+
+
+# lookups in a batch -> distinct rows among them, for fake-tensor traces (see the module docstring)
+_TRACED_DISTINCT: ContextVar[Mapping[int, int] | None] = ContextVar("traced_distinct", default=None)
+
+
+@contextmanager
+def traced_distinct_rows(rows_by_lookups: Mapping[int, int]) -> Iterator[None]:
+    """Within: a fake-tensor trace takes a batch of n lookups to hold `rows_by_lookups[n]` distinct
+    rows; a batch of any other size, n (every lookup its own row)."""
+    token = _TRACED_DISTINCT.set(dict(rows_by_lookups))
+    try:
+        yield
+    finally:
+        _TRACED_DISTINCT.reset(token)
+
+
+def traced_rows(lookups: int) -> int:
+    """Distinct rows a fake-tensor trace takes a batch of `lookups` lookups to hold."""
+    counts = _TRACED_DISTINCT.get()
+    return lookups if counts is None else min(lookups, counts.get(lookups, lookups))
 
 
 def coalesce_rows(rows: torch.Tensor, grads: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,8 +150,12 @@ class _PooledSum(torch.autograd.Function):
         (ids,) = ctx.saved_tensors
         pooling = ids.shape[1]
         flat = ids.reshape(-1)
-        if is_fake(flat):  # the memory estimator: no values to deduplicate, every lookup its own row
+        distinct = traced_rows(flat.numel()) if is_fake(flat) else 0
+        if is_fake(flat) and distinct == flat.numel():  # no values to deduplicate: every lookup its own row
             rows, summed = flat, grad.repeat_interleave(pooling, dim=0)
+        elif is_fake(flat):  # the real path's sort, and its results' sizes (`traced_rows`)
+            flat.sort(stable=True)
+            rows, summed = flat.new_empty(distinct), grad.new_empty(distinct, grad.shape[1])
         else:  # lookup i is in bag i // pooling, whose output gradient it adds to its row
             rows, summed = _sum_by_row(flat, grad, per_source=pooling)
         table_grad = torch.sparse_coo_tensor(
