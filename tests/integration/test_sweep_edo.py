@@ -31,7 +31,8 @@ def test_sweep_trials_run_under_edo_grants(broker_cleanup: None, tmp_path: Path)
         budget={"max_trials": 2, "max_concurrent": 2},
     )  # fmt: skip
     spec = validate_sweep_spec(raw)
-    want = max(plan_demand(spec.trial_config({"batch.micro": m})).want_bytes for m in (64, 128))
+    trials = [spec.trial_config({"embedding.strategy": "hashed", "batch.micro": m}) for m in (64, 128)]
+    want = max(plan_demand(cfg).want_bytes for cfg in trials)
     raw["edo"] = {"mode": "on", "virtual_capacity": 3 * want}  # room for both at once, not for three
     record = run_sweep(
         SweepSpec.model_validate(raw),

@@ -133,3 +133,18 @@ def test_plan_demand_prices_the_configured_and_the_smallest_shape(tiny_cfg: Make
     assert (cached.min_micro, cached.min_cache_fraction) == (64, 0.25)
     with pytest.raises(InputError, match=r"min_micro=100: must be batch.micro=256 halved"):
         plan_demand(tiny_cfg("batch.micro=256"), min_micro=100)
+
+
+def test_plan_demand_pads_small_trials_by_the_virtual_devices_spread(tiny_cfg: MakeCfg) -> None:
+    # 10% over the estimate, but never less than 4 MiB: the virtual device's step peak is the
+    # traced peak + 7 MiB within ±3 MiB, which is more than 10% of a trial this small.
+    from elastune.memory.client import DEMAND_PADDING_MIN, plan_demand
+    from elastune.memory.estimate import estimate
+
+    small, large = tiny_cfg("batch.micro=64"), tiny_cfg("batch.micro=16384")
+    predicted = estimate(small, virtual=True).peak_bytes
+    assert predicted * 0.1 < DEMAND_PADDING_MIN
+    assert plan_demand(small).want_bytes == predicted + DEMAND_PADDING_MIN
+    predicted = estimate(large, virtual=True).peak_bytes
+    assert predicted * 0.1 > DEMAND_PADDING_MIN
+    assert plan_demand(large).want_bytes == predicted + int(predicted * 0.1)
