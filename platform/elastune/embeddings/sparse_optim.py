@@ -150,16 +150,16 @@ class _PooledSum(torch.autograd.Function):
         (ids,) = ctx.saved_tensors
         pooling = ids.shape[1]
         flat = ids.reshape(-1)
-        distinct = traced_rows(flat.numel()) if is_fake(flat) else 0
-        if is_fake(flat) and distinct == flat.numel():  # no values to deduplicate: every lookup its own row
+        fake = is_fake(flat)
+        if not fake:  # lookup i is in bag i // pooling, whose output gradient it adds to its row
+            rows, summed = _sum_by_row(flat, grad, per_source=pooling)
+        elif (distinct := traced_rows(flat.numel())) == flat.numel():  # the worst case: a row per lookup
             rows, summed = flat, grad.repeat_interleave(pooling, dim=0)
-        elif is_fake(flat):  # the real path's sort, and its results' sizes (`traced_rows`)
+        else:  # the memory estimator: the real path's sort, and its results' sizes (`traced_rows`)
             flat.sort(stable=True)
             rows, summed = flat.new_empty(distinct), grad.new_empty(distinct, grad.shape[1])
-        else:  # lookup i is in bag i // pooling, whose output gradient it adds to its row
-            rows, summed = _sum_by_row(flat, grad, per_source=pooling)
         table_grad = torch.sparse_coo_tensor(
-            rows.unsqueeze(0), summed, ctx.table_shape, is_coalesced=not is_fake(flat), check_invariants=False
+            rows.unsqueeze(0), summed, ctx.table_shape, is_coalesced=not fake, check_invariants=False
         )
         return table_grad, None
 
