@@ -145,6 +145,20 @@ def test_ceiling_below_the_smallest_config_fails_preflight() -> None:
     assert only.startswith("constraints.memory_ceiling") and "below the smallest config" in only
 
 
+def test_preflight_stops_at_the_first_config_under_the_ceiling() -> None:
+    from elastune.tuning.cheapest import candidate_points, cheapest_estimate
+
+    parsed = validate_sweep_spec(spec())
+    first = candidate_points(parsed)[0]  # full x micro 64: not the cheapest (hashed is 4x smaller)
+    smallest, cheapest = cheapest_estimate(parsed)
+    assert cheapest != first
+    # Any config fits under a generous ceiling: the first one priced answers the preflight.
+    peak, params = cheapest_estimate(parsed, enough=smallest * 100)
+    assert params == first and peak > smallest
+    # Under a ceiling only the cheapest fits, every point is priced and the cheapest is found.
+    assert cheapest_estimate(parsed, enough=smallest) == (smallest, cheapest)
+
+
 def test_trial_config_derives_accumulation_and_steps() -> None:
     parsed = SweepSpec.model_validate(spec(constraints={"effective_batch": 256}, budget={"trial_samples": 2560}))
     cfg = parsed.trial_config({"batch.micro": 64, "embedding.strategy": "hashed"})

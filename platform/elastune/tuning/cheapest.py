@@ -3,7 +3,8 @@ memory ceiling nothing in the space could fit under, before anything is launched
 
 Memory is monotone in each numeric knob (micro-batch, compression, cache size), so only the ends
 of a range can be the cheapest; choices are all tried. Conditions are honoured, and the number of
-combinations priced is capped (each estimate is a fake-tensor trace, ~0.1-0.3 s).
+combinations priced is capped (each estimate is a fake-tensor trace, ~0.1-1 s). The preflight stops
+at the first point under the ceiling; only a ceiling nothing fits under prices them all.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ def _combine(spec: SweepSpec, options: list[tuple[str, list[Any]]], limit: int) 
     return points
 
 
-def cheapest_estimate(spec: SweepSpec) -> tuple[int, dict[str, Any]]:
-    """(smallest predicted peak bytes, the parameters that give it)."""
+def cheapest_estimate(spec: SweepSpec, enough: int | None = None) -> tuple[int, dict[str, Any]]:
+    """(smallest predicted peak bytes, the parameters that give it). With `enough`, stop at the
+    first point predicted at or below it: the preflight asks only whether anything fits under the
+    ceiling, and pricing every corner (36 traces for the quick sweep, ~30 s) delayed every sweep."""
     from elastune.memory.estimate import estimate
 
     best: tuple[int, dict[str, Any]] | None = None
@@ -74,5 +77,7 @@ def cheapest_estimate(spec: SweepSpec) -> tuple[int, dict[str, Any]]:
         peak = estimate(spec.trial_config(params)).peak_bytes
         if best is None or peak < best[0]:
             best = (peak, params)
+        if enough is not None and peak <= enough:
+            break
     assert best is not None  # a spec has at least one parameter, so at least one point
     return best

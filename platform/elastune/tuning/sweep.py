@@ -280,7 +280,7 @@ def check_ceiling(spec: SweepSpec) -> None:
         return
     from elastune.tuning.cheapest import cheapest_estimate
 
-    smallest, params = cheapest_estimate(spec)
+    smallest, params = cheapest_estimate(spec, enough=ceiling)  # stops at the first point that fits
     if smallest > ceiling:
         raise ConfigError(
             [
