@@ -10,11 +10,11 @@ import optuna
 import pytest
 from elastune.config import RunConfig
 from elastune.tuning.cheapest import grid_points
-from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, param_key
+from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, param_key, screen
 from elastune.tuning.spec import validate_sweep_spec
 from elastune.tuning.trial import oom_metrics
 
-from tests.integration.sweep_specs import tiny_spec
+from tests.integration.sweep_specs import TINY_BASE, tiny_spec
 
 
 def searcher(**constraints: Any) -> ScreeningSearch:
@@ -174,3 +174,28 @@ def test_a_continuous_space_ends_when_the_sampler_only_repeats() -> None:
     s.on_trial_complete("t0", result={"samples_per_s": 1.0})
     assert s.suggest("t1") == "FINISHED"
     assert (s.proposed, s.repeats, s.drawn) == (1, MAX_REPEATS, 0)
+
+
+@pytest.mark.parametrize(
+    ("device", "gpus", "priced"),
+    [("auto", 0.5, "cuda"), ("auto", 0, "cpu"), ("cuda", 1, "cuda"), ("cpu", 1, "cpu")],
+)
+def test_proposals_are_priced_for_the_trials_device_not_the_drivers(device: str, gpus: float, priced: str) -> None:
+    # This machine has no GPU, as a cluster's head node often has none: a GPU trial is still
+    # priced with the CUDA model (before, `auto` priced the driver's CPU and `cuda` was an error).
+    import torch
+    from elastune.memory.estimate import estimate
+
+    raw = tiny_spec(
+        base={**TINY_BASE, "device": device},
+        constraints={"memory_ceiling": "64GiB"},
+        resources={"gpus_per_trial": gpus},
+        edo={"mode": "off"},
+    )
+    spec = validate_sweep_spec(raw)
+    params = {"embedding.strategy": "hashed", "batch.micro": 64}
+    cfg = spec.trial_config(params)
+    assert spec.trial_device(cfg) == priced
+    fits, predicted, _ = screen(spec, params)
+    assert fits and predicted == estimate(cfg, torch.device(priced)).peak_bytes
+    assert estimate(cfg, torch.device("cuda")).peak_bytes != estimate(cfg, torch.device("cpu")).peak_bytes

@@ -70,11 +70,11 @@ def cheapest_estimate(spec: SweepSpec, enough: int | None = None) -> tuple[int, 
     """(smallest predicted peak bytes, the parameters that give it). With `enough`, stop at the
     first point predicted at or below it: the preflight asks only whether anything fits under the
     ceiling, and pricing every corner (36 traces for the quick sweep, ~30 s) delayed every sweep."""
-    from elastune.memory.estimate import estimate
+    from elastune.tuning.search import predicted_peak
 
     best: tuple[int, dict[str, Any]] | None = None
     for params in candidate_points(spec):
-        peak = estimate(spec.trial_config(params)).peak_bytes
+        peak = predicted_peak(spec, params)
         if best is None or peak < best[0]:
             best = (peak, params)
         if enough is not None and peak <= enough:

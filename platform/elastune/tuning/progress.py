@@ -14,6 +14,7 @@ from typing import Any
 from ray.tune import Callback
 
 from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tuning.trial import ESTIMATE_KEY
 from elastune.units import human_bytes
 
 __all__ = ["SweepCallback", "progress_line"]
@@ -106,7 +107,7 @@ class SweepCallback(Callback):
             status=status,  # type: ignore[arg-type]
             params=params,
             config=cfg.to_dict(),
-            estimated_peak_bytes=config.get("elastune_estimate"),
+            estimated_peak_bytes=config.get(ESTIMATE_KEY),
         )
 
 

@@ -19,6 +19,8 @@ instead, drawn at random; when every point is known, the sweep ends.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -30,8 +32,10 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from elastune.config import RunConfig
 from elastune.tracking.records import TrialRecord
 from elastune.tuning.spec import FloatParam, IntParam, SweepSpec
+from elastune.tuning.trial import ESTIMATE_KEY
 
 __all__ = [
     "CONSTRAINTS_ATTR",
@@ -189,7 +193,7 @@ class ScreeningSearch(OptunaSearch):
             if fits:
                 # Carried in the trial's config so the driver's callback sees them, also after a
                 # restore; the trainable drops every elastune_* key before building the RunConfig.
-                return {**params, "elastune_number": number, "elastune_estimate": predicted}
+                return {**params, "elastune_number": number, ESTIMATE_KEY: predicted}
             ot_trial = self._ot_trials.pop(trial_id)
             ceiling = spec.constraints.memory_ceiling or 1
             set_constraints(ot_trial, {"memory": ((predicted or ceiling) - ceiling) / ceiling + 1e-9, "quality": 0.0})
@@ -258,16 +262,29 @@ class ScreeningSearch(OptunaSearch):
         return self._ot_study
 
 
+def predicted_peak(spec: SweepSpec, params: Mapping[str, Any]) -> int:
+    """A proposal's predicted peak bytes, priced for the device its trial runs on. A prediction
+    depends on the config and the device alone, so each is traced once per process (the preflight's
+    and the searcher's pricing of one config, a resumed sweep's re-proposals)."""
+    cfg = spec.trial_config(params)
+    return _predicted_peak(json.dumps(cfg.to_dict(), sort_keys=True), spec.trial_device(cfg))
+
+
+@functools.lru_cache(maxsize=1024)
+def _predicted_peak(config_json: str, device: str) -> int:
+    import torch
+
+    from elastune.memory.estimate import estimate  # lazy: pulls in torch's fake-tensor machinery
+
+    return estimate(RunConfig.model_validate(json.loads(config_json)), torch.device(device)).peak_bytes
+
+
 def screen(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[bool, int | None, str]:
     """(fits, predicted peak bytes, reason) for one proposal. Without a ceiling, everything fits."""
     ceiling = spec.constraints.memory_ceiling
     if ceiling is None:
         return True, None, ""
-    from elastune.memory.estimate import estimate  # lazy: pulls in torch's fake-tensor machinery
-    from elastune.training.precision import resolve_device
-
-    cfg = spec.trial_config(params)
-    predicted = estimate(cfg, resolve_device(cfg.device) if cfg.device != "auto" else None).peak_bytes
+    predicted = predicted_peak(spec, params)
     if predicted > ceiling:
         return False, predicted, f"predicted peak {predicted} B is over the memory ceiling {ceiling} B"
     return True, predicted, ""

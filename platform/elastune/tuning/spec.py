@@ -208,6 +208,14 @@ class SweepSpec(_Section):
     def reference_config(self) -> RunConfig:
         return self.trial_config(self.constraints.reference)
 
+    def trial_device(self, cfg: RunConfig) -> str:
+        """The device a trial of `cfg` trains on, which is what the estimator must price; the
+        sweep's driver need not have it (a CPU head node drives GPU trials). `auto` is a GPU when
+        the spec gives each trial one (Ray makes it the trial's cuda:0), else the CPU."""
+        if cfg.device != "auto":
+            return cfg.device
+        return "cuda" if self.resources.gpus_per_trial > 0 else "cpu"
+
     def _steps_for(self, cfg: RunConfig, effective: int) -> dict[str, Any]:
         if self.budget.trial_steps is not None:
             steps = self.budget.trial_steps

@@ -58,6 +58,7 @@ __all__ = [
 
 FINAL_KEY = "elastune_final"  # present (True) only in a trial's last report: it ran to the end
 META_PREFIX = "elastune_"  # keys the searcher adds to a trial's config (number, estimate)
+ESTIMATE_KEY = "elastune_estimate"  # the searcher's predicted peak bytes for the trial's config
 GROUP_KEY = "train_placement_group"  # a worker group's reports: its placement group's id (hex)
 DRIVER_MEMORY = 256 * 2**20  # what a worker group's driver asks Tune for instead of a CPU
 
