@@ -2,7 +2,8 @@
 
 The tiny spec's grid is full vs hashed x two splits of a 128 batch, with a ceiling between the
 estimator's prices of the two strategies, so the full proposals must be screened out (never
-launched) and the hashed ones must run.
+launched) and the hashed ones must run. The Ray declares one logical GPU and each trial asks for
+half of it: the two hashed trials share it (Ray's fractional GPUs), and hand it back.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,25 @@ def ceiling_between_strategies(raw: dict[str, Any]) -> int:
 
 
 @pytest.fixture(scope="module")
-def swept(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SweepRecord, str, Path]]:
+def ray_one_gpu() -> Iterator[Any]:
+    """The usual test Ray (2 CPUs, 127.0.0.1, no dashboard) with one logical GPU."""
+    import ray
+
+    context = ray.init(
+        address="local", num_cpus=2, num_gpus=1, _node_ip_address="127.0.0.1", include_dashboard=False,
+        log_to_driver=False,
+    )  # fmt: skip
+    try:
+        yield context
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def swept(ray_one_gpu: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SweepRecord, str, Path]]:
     root = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    raw = tiny_spec()
+    raw = tiny_spec(resources={"cpus_per_trial": 1, "gpus_per_trial": 0.5})
     raw["constraints"]["memory_ceiling"] = ceiling_between_strategies(raw)
     record = run_sweep(SweepSpec.model_validate(raw), SweepOptions(tracking_uri=uri, home=root / "home"))
     yield record, uri, root
@@ -63,6 +79,17 @@ def test_over_ceiling_proposals_are_screened_and_the_rest_run(swept: tuple[Sweep
     )
     assert sorted(by_strategy["hashed"]) == ["ok", "ok"]
     assert record.status == "finished"
+
+
+def test_fractional_gpu_shares_are_all_handed_back(
+    swept: tuple[SweepRecord, str, Path], wait_until: Callable[..., None]
+) -> None:
+    import ray
+
+    record, _, _ = swept
+    ran = [t for t in record.trials if t.status == "ok"]
+    assert len(ran) == 3  # the reference and both hashed trials, each on half of the one GPU
+    wait_until(lambda: ray.available_resources().get("GPU", 0) == 1.0, 30, "every GPU share to be handed back")
 
 
 def test_no_trial_over_the_ceiling_counts_as_feasible(swept: tuple[SweepRecord, str, Path]) -> None:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[..., None]) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = write_spec(
-        tmp_path / "tiny.yaml", tiny_spec(budget={"max_trials": 4, "max_concurrent": 1, "trial_samples": 12800})
+        tmp_path / "tiny.yaml", tiny_spec(budget={"max_trials": 3, "max_concurrent": 1, "trial_samples": 12800})
     )
     env = {**os.environ, "ELASTUNE_HOME": str(tmp_path / "home")}
     env.pop("RAY_ADDRESS", None)
@@ -72,7 +72,7 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
     record = load_sweep(sweep_id, uri)
     assert record.status == "finished"
     trials = [t for t in record.trials if t.trial_id != "reference"]
-    assert len(trials) == 4 and len({t.trial_id for t in trials}) == 4
+    assert len(trials) == 3 and len({t.trial_id for t in trials}) == 3
     assert sum(1 for t in record.trials if t.trial_id == "reference") == 1
     for trial_id, run_id in before.items():
         (same,) = [t for t in trials if t.trial_id == trial_id]
@@ -85,7 +85,7 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
         [client.get_experiment_by_name("elastune").experiment_id],
         filter_string=f"tags.`elastune.sweep_id` = '{sweep_id}' and tags.`elastune.kind` = 'trial'",
     )
-    assert len(runs) == 5  # 4 proposals + the reference, no duplicates
+    assert len(runs) == 4  # 3 proposals + the reference, no duplicates
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
