@@ -206,16 +206,13 @@ def test_full_size_tables_cost_no_table_sized_memory() -> None:
     full = table_sizes(1.0)
     tracemalloc.start()
     try:
-        t0 = time.perf_counter()
         source = SyntheticCriteo(full)
         b = source.read(0, 4096)
-        elapsed = time.perf_counter() - t0
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert_valid(b, full, pooling=1)
     assert peak < 150 * 2**20  # a table-sized array for the 10M table alone would be 80 MB
-    assert elapsed < 5.0
     assert b.sparse[:, 2].max() > 2**20  # ids reach far into the 10M-row table
 
 
