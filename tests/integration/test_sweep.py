@@ -9,15 +9,13 @@ half of it: the two hashed trials share it (Ray's fractional GPUs), and hand it 
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from elastune.cli import main
 from elastune.memory.estimate import estimate
 from elastune.tracking.mlflow import artifact_path, load_sweep
 from elastune.tracking.records import SweepRecord
@@ -138,32 +136,28 @@ def test_mlflow_holds_one_child_run_per_trial(swept: tuple[SweepRecord, str, Pat
     assert sorted(statuses.values()).count("infeasible") >= 2
 
 
-def test_results_command_reads_the_sweep_back(swept: tuple[SweepRecord, str, Path]) -> None:
-    record, uri, root = swept
-    proc = _elastune(["results", record.sweep_id, "--format", "json", "--tracking-uri", uri], cwd=root)
-    assert proc.returncode == 0, proc.stderr
-    shown = json.loads(proc.stdout)
+def test_results_command_reads_the_sweep_back(
+    swept: tuple[SweepRecord, str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    record, uri, _ = swept
+    shown = json.loads(_elastune(["results", record.sweep_id, "--format", "json", "--tracking-uri", uri], capsys))
     best = record.best()
     assert best is not None and shown["best"]["trial_id"] == best.trial_id
     assert shown["counts"] == record.counts()
-    table = _elastune(["results", record.sweep_id, "--tracking-uri", uri], cwd=root)
-    assert table.returncode == 0 and record.sweep_id in table.stdout and "samples/s" in table.stdout
+    table = _elastune(["results", record.sweep_id, "--tracking-uri", uri], capsys)
+    assert record.sweep_id in table and "samples/s" in table
 
 
-def test_best_config_file_trains_unchanged(swept: tuple[SweepRecord, str, Path]) -> None:
-    record, uri, root = swept
+def test_best_config_file_trains_unchanged(
+    swept: tuple[SweepRecord, str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    record, uri, _ = swept
     best = load_sweep(record.sweep_id, uri).best()
     assert best is not None
     path = artifact_path(record.sweep_id, "best_config.yaml", uri)
-    proc = _elastune(["train", str(path), "--format", "json"], cwd=root)
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
-    assert result["config"] == best.config
-    via_flag = _elastune(
-        ["train", "--from-sweep", record.sweep_id, "--tracking-uri", uri, "--format", "json"], cwd=root
-    )
-    assert via_flag.returncode == 0, via_flag.stderr
-    assert json.loads(via_flag.stdout)["config"] == best.config
+    assert json.loads(_elastune(["train", str(path), "--format", "json"], capsys))["config"] == best.config
+    via_flag = _elastune(["train", "--from-sweep", record.sweep_id, "--tracking-uri", uri, "--format", "json"], capsys)
+    assert json.loads(via_flag)["config"] == best.config
 
 
 def _find_study(saved: Any) -> Any:
@@ -182,8 +176,11 @@ def _find_study(saved: Any) -> Any:
     raise AssertionError("no optuna study in the searcher state")
 
 
-def _elastune(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ELASTUNE_HOME": str(cwd / "home")}
-    return subprocess.run(
-        [sys.executable, "-m", "elastune.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+def _elastune(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The CLI's entry point, in this process (a fresh interpreter per command would spend most
+    of its time importing); its stdout, after checking it exited 0."""
+    capsys.readouterr()
+    code = main(args)
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    return out
