@@ -150,6 +150,8 @@ def mlflow_server(
     command += ["--workers", "1"]
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env["MLFLOW_DISABLE_TELEMETRY"] = "true"  # no traffic beyond 127.0.0.1
+    # No job runner (huey consumers, a dozen processes, for GenAI scorers): elastune logs runs and artifacts only.
+    env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
     log = (root / "server.log").open("wb")
     # A session of its own, so teardown stops the server and the workers it forks, and nothing else.
     proc = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
