@@ -1,16 +1,12 @@
-"""Eval metrics: log loss and AUC over batches, filled into arrays sized up front, equal to
-scikit-learn's (the oracle here; elastune itself does not import it)."""
+"""Eval metrics: log loss and AUC over batches, filled into arrays sized up front."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from elastune.training.metrics import evaluate, roc_auc
-from elastune.training.metrics import log_loss as our_log_loss
+from elastune.training.metrics import evaluate
 from elastune.workloads.data import NUM_DENSE, Batch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from sklearn.metrics import log_loss, roc_auc_score
 
 CPU = torch.device("cpu")
@@ -51,22 +47,3 @@ def test_more_eval_samples_than_asked_for_is_an_error() -> None:
     labels = np.zeros(10, dtype=np.float32)
     with pytest.raises(ValueError, match="more than the 8 samples"):
         evaluate(_predict(np.full(10, 0.5)), _batches(labels, 5), CPU, samples=8)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    labels=st.lists(st.integers(0, 1), min_size=2, max_size=60).filter(lambda ys: 0 < sum(ys) < len(ys)),
-    levels=st.integers(1, 8),
-    seed=st.integers(0, 2**16),
-)
-def test_auc_and_log_loss_equal_sklearn_with_ties(labels: list[int], levels: int, seed: int) -> None:
-    # few distinct scores: most samples tie with others, across both classes
-    y = np.array(labels, dtype=np.float32)
-    scores = np.random.default_rng(seed).integers(1, levels + 1, len(y)) / (levels + 1)
-    assert roc_auc(y, scores) == pytest.approx(roc_auc_score(y, scores), abs=1e-12)
-    assert our_log_loss(y, scores) == pytest.approx(log_loss(y, scores), rel=1e-9)
-
-
-def test_auc_of_a_single_class_is_an_error() -> None:
-    with pytest.raises(ValueError, match="both classes"):
-        roc_auc(np.ones(4, dtype=np.float32), np.linspace(0.1, 0.9, 4))

@@ -23,7 +23,6 @@ from elastune.config import RunConfig
 from elastune.errors import ElastuneError
 from elastune.memory.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.checkpoint import LoopState, load_checkpoint, save_checkpoint
-from elastune.training.metrics import evaluate
 from elastune.training.oom import is_oom, shrink
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for, check_precision, grad_scaler, resolve_device
@@ -141,6 +140,7 @@ def train(
     device = resolve_device(cfg.device)
     check_precision(cfg.precision, device)
     from elastune.memory.estimate import estimate  # lazy: the estimator imports this module
+    from elastune.training.metrics import evaluate  # lazy: scikit-learn (2 s to import) is not the estimator's
 
     estimated = estimate(cfg).peak_bytes
     torch.manual_seed(cfg.seed)

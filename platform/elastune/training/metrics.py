@@ -1,10 +1,4 @@
-"""Quality of a trained model on the held-out stream: log loss and AUC.
-
-Both are a few lines of numpy (AUC by the Mann-Whitney rank sum, ties sharing their average
-rank), equal to scikit-learn's `log_loss` / `roc_auc_score` (tests/unit/test_metrics.py checks
-that, ties included). scikit-learn itself is not imported here: importing `sklearn.metrics` takes
-~2 s, and every trial is a fresh process that evaluates once.
-"""
+"""Quality of a trained model on the held-out stream: log loss and AUC (scikit-learn's)."""
 
 from __future__ import annotations
 
@@ -14,10 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from sklearn.metrics import log_loss, roc_auc_score
 
 from elastune.workloads.data import Batch
 
-__all__ = ["EvalResult", "evaluate", "log_loss", "roc_auc"]
+__all__ = ["EvalResult", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -53,26 +48,5 @@ def evaluate(
     p, y = np.clip(p[:n], 1e-7, 1 - 1e-7), y[:n]
     rate = float(y.mean())
     baseline = -(rate * math.log(rate) + (1 - rate) * math.log(1 - rate)) if 0 < rate < 1 else 0.0
-    auc = roc_auc(y, p) if 0 < rate < 1 else float("nan")
-    return EvalResult(logloss=log_loss(y, p), auc=auc, baseline_logloss=baseline, samples=len(y))
-
-
-def log_loss(labels: np.ndarray, probs: np.ndarray) -> float:
-    """Mean binary cross-entropy of `probs` (already inside (0, 1)) against 0/1 `labels`."""
-    y, p = labels.astype(np.float64), probs.astype(np.float64)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log1p(-p)))
-
-
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Area under the ROC curve: the chance that a random positive scores above a random
-    negative (a tie counts half). Needs both classes in `labels`."""
-    positive = labels.astype(bool)
-    n_pos = int(positive.sum())
-    n_neg = len(positive) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        raise ValueError("AUC needs both classes in the labels")
-    # 1-based ranks of the scores, tied scores sharing the mean of the ranks they span
-    _, group, counts = np.unique(scores, return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    ranks = ((ends - counts + 1 + ends) / 2.0)[group]
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    auc = float(roc_auc_score(y, p)) if 0 < rate < 1 else float("nan")
+    return EvalResult(logloss=float(log_loss(y, p, labels=[0, 1])), auc=auc, baseline_logloss=baseline, samples=len(y))
