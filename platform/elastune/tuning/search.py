@@ -19,7 +19,6 @@ instead, drawn at random; when every point is known, the sweep ends.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import random
@@ -32,7 +31,6 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from elastune.config import RunConfig
 from elastune.tracking.records import TrialRecord
 from elastune.tuning.spec import FloatParam, IntParam, SweepSpec
 from elastune.tuning.trial import ESTIMATE_KEY
@@ -262,21 +260,23 @@ class ScreeningSearch(OptunaSearch):
         return self._ot_study
 
 
+_PRICED: dict[tuple[str, str], int] = {}  # (config as JSON, device) -> predicted peak bytes
+
+
 def predicted_peak(spec: SweepSpec, params: Mapping[str, Any]) -> int:
     """A proposal's predicted peak bytes, priced for the device its trial runs on. A prediction
     depends on the config and the device alone, so each is traced once per process (the preflight's
     and the searcher's pricing of one config, a resumed sweep's re-proposals)."""
-    cfg = spec.trial_config(params)
-    return _predicted_peak(json.dumps(cfg.to_dict(), sort_keys=True), spec.trial_device(cfg))
-
-
-@functools.lru_cache(maxsize=1024)
-def _predicted_peak(config_json: str, device: str) -> int:
     import torch
 
     from elastune.memory.estimate import estimate  # lazy: pulls in torch's fake-tensor machinery
 
-    return estimate(RunConfig.model_validate(json.loads(config_json)), torch.device(device)).peak_bytes
+    cfg = spec.trial_config(params)
+    device = spec.trial_device(cfg)
+    key = (json.dumps(cfg.to_dict(), sort_keys=True), device)
+    if key not in _PRICED:
+        _PRICED[key] = estimate(cfg, torch.device(device)).peak_bytes
+    return _PRICED[key]
 
 
 def screen(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[bool, int | None, str]:
