@@ -4,9 +4,9 @@ Train worker group.
 `resources.workers_per_trial: 1` (the default): Ray places the trial with the spec's resources
 (CPUs, and a GPU share that may be fractional) and the trial runs `training.loop.train` in that
 process, exactly what `elastune train` runs. This path stays for one worker because it is much
-cheaper (a Ray Train run starts six more Ray processes: controller, report queue, synchronization
-actor, dataset manager, preemption watcher and the worker; 20-35 s per trial on a busy 2-core
-machine), the process's memory measurement is the trial's own, and EDO's device sharing works on it.
+cheaper (a Ray Train run starts more Ray processes: controller, report queue, synchronization
+actor and the workers; 20-30 s per trial on a busy 2-core machine), the process's memory
+measurement is the trial's own, and EDO's device sharing works on it.
 
 `workers_per_trial: N > 1`: the trial process is only the driver of a Ray Train (V2) run: it fits a
 `TorchTrainer` whose N workers each run `train` on 1/N of every step's samples, with gradients
@@ -162,6 +162,9 @@ def _run_worker_group(cfg: RunConfig, spec: Any, limits: dict[str, Any]) -> None
     # A worker's report waits for the controller's next poll of the group (every 2 s by default);
     # at ~10 reports a trial that is 20 s of waiting. This process only drives the group.
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+    # Ray Train's preemption watcher (an actor per run) only logs node drains; a drained node's
+    # workers fail the trial either way. One process fewer per trial; set the variable to 1 to keep it.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     res = spec.resources
     per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if res.gpus_per_trial else {})}
     trainer = _trainer_class()(
@@ -262,14 +265,17 @@ def _worker_oom(exc: BaseException) -> str | None:
 
 
 def _trainer_class() -> Any:
-    """TorchTrainer without Ray's PlacementGroupCleaner (see the module docstring: the sweep's
-    WorkerGroupReaper removes the placement group; the cleaner would only leak itself here)."""
+    """TorchTrainer without two of Ray Train's default callbacks: the PlacementGroupCleaner (see
+    the module docstring: the sweep's WorkerGroupReaper removes the placement group; the cleaner
+    would only leak itself here) and the datasets callback, which starts a DatasetManager actor per
+    run to shard Ray Datasets; the engine makes its own data and passes no datasets."""
     from ray.train.torch import TorchTrainer
 
     class Trainer(TorchTrainer):
         def _create_default_callbacks(self) -> list[Any]:
             callbacks = super()._create_default_callbacks()  # type: ignore[misc]  # Train V2's (mypy sees V1's)
-            return [cb for cb in callbacks if type(cb).__name__ != "PlacementGroupCleanerCallback"]
+            dropped = {"PlacementGroupCleanerCallback", "DatasetsCallback"}
+            return [cb for cb in callbacks if type(cb).__name__ not in dropped]
 
     return Trainer
 
