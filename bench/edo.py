@@ -34,7 +34,7 @@ neighbour instead (collateral); the fenced split measured here is the better cas
 
 Demands (EDO only): each distinct config is measured once alone (step peaks, as the device's probe
 sees them) in its configured shape and in its smallest shape (micro-batch / 8), then padded as
-tests/integration/test_edo.py does: want = 1.3 x peak, min = 1.2 x smallest peak. The estimator's
+tests/integration/local_ray/test_edo.py does: want = 1.3 x peak, min = 1.2 x smallest peak. The estimator's
 demand (`plan_demand`) is not used for the trials, only printed beside the calibration.
 
 Capacity: 2.5 x the mean `want` of the mix (fits 2-3 of the trials' predicted peaks at once), so

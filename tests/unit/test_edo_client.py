@@ -1,6 +1,6 @@
 """EDO's trial side without Ray: the virtual device's measurements, the loop's step-boundary hook,
 and the re-shaping rule (cached rows first, then the micro-batch). The broker round trip is in
-tests/integration/test_edo.py."""
+tests/integration/local_ray/test_edo.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The UI's JSON API against a real MLflow store (SQLite in tmp) and no Ray cluster.
 
 The launch path stops before Ray here (validation); launching for real is in
-tests/integration/test_ui_browser.py.
+tests/integration/served/test_ui_e2e.py.
 """
 
 from __future__ import annotations

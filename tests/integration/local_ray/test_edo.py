@@ -134,6 +134,8 @@ def pool(ray_local: Any) -> Iterator[list[Any]]:
     runners = [TrialRunner.remote() for _ in range(3)]
     ray.get([r.pid.remote() for r in runners])
     yield runners
+    for r in runners:  # the Ray outlives this module (local_ray/conftest.py)
+        ray.kill(r)
 
 
 def runner(pool: list[Any], i: int) -> Any:

@@ -2,8 +2,9 @@
 
 The tiny spec's grid is full vs hashed x two splits of a 128 batch, with a ceiling between the
 estimator's prices of the two strategies, so the full proposals must be screened out (never
-launched) and the hashed ones must run. The Ray declares one logical GPU and each trial asks for
-half of it: the two hashed trials share it (Ray's fractional GPUs), and hand it back.
+launched) and the hashed ones must run. The Ray (local_ray/conftest.py) declares one logical GPU
+and each trial asks for half of it: the two hashed trials share it (Ray's fractional GPUs), and
+hand it back.
 """
 
 from __future__ import annotations
@@ -41,22 +42,7 @@ def ceiling_between_strategies(raw: dict[str, Any]) -> int:
 
 
 @pytest.fixture(scope="module")
-def ray_one_gpu() -> Iterator[Any]:
-    """The usual test Ray (2 CPUs, 127.0.0.1, no dashboard) with one logical GPU."""
-    import ray
-
-    context = ray.init(
-        address="local", num_cpus=2, num_gpus=1, _node_ip_address="127.0.0.1", include_dashboard=False,
-        log_to_driver=False,
-    )  # fmt: skip
-    try:
-        yield context
-    finally:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def swept(ray_one_gpu: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SweepRecord, str, Path]]:
+def swept(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SweepRecord, str, Path]]:
     root = tmp_path_factory.mktemp("sweep")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     raw = tiny_spec(resources={"cpus_per_trial": 1, "gpus_per_trial": 0.5})

@@ -10,7 +10,6 @@ sweep finishing at all is the first check; the second is that nothing of the gro
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,43 +26,14 @@ pytestmark = pytest.mark.integration
 
 WORKERS = 2
 EFFECTIVE = 64  # each step: 2 workers x 32 samples
-# What Ray Train starts for each run (besides the trial's own actor and its report queue).
-TRAIN_ACTORS = {
-    "TrainController",
-    "RayTrainWorker",
-    "SynchronizationActor",
-    "PlacementGroupCleaner",
-    "DatasetManager",
-    "PreemptionWatcher",
-    "_QueueActor",
-}
+# What Ray Train starts for each run (besides the trial's own actor)...
+TRAIN_ACTORS = {"TrainController", "RayTrainWorker", "SynchronizationActor", "_QueueActor"}
+# ...and what it would start by default, which elastune's groups do without (tuning/trial.py).
+NOT_STARTED = {"PlacementGroupCleaner", "DatasetManager", "PreemptionWatcher"}
 
 
 @pytest.fixture(scope="module")
-def ray_loopback_gloo() -> Iterator[Any]:
-    """The usual test Ray (2 CPUs, 127.0.0.1, no dashboard), started with gloo pinned to the
-    loopback interface: Ray's workers inherit the variable, so DDP's sockets stay on 127.0.0.1."""
-    import ray
-
-    before = os.environ.get("GLOO_SOCKET_IFNAME")
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    context = ray.init(
-        address="local", num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False
-    )
-    try:
-        yield context
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("GLOO_SOCKET_IFNAME", None)
-        else:
-            os.environ["GLOO_SOCKET_IFNAME"] = before
-
-
-@pytest.fixture(scope="module")
-def swept(
-    ray_loopback_gloo: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[SweepRecord, Path, float]]:
+def swept(ray_local: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SweepRecord, Path, float]]:
     root = tmp_path_factory.mktemp("sweep_train")
     raw = tiny_spec(
         name="tiny-ddp",
@@ -129,16 +99,18 @@ def test_no_worker_group_is_left_behind(
 
     def left() -> list[str]:
         alive = state.actors(actor_state_name="ALIVE").values()
-        return sorted(a["ActorClassName"] for a in alive if a["ActorClassName"] in TRAIN_ACTORS)
+        return sorted(a["ActorClassName"] for a in alive if a["ActorClassName"] in TRAIN_ACTORS | NOT_STARTED)
 
     def reserved() -> list[str]:
         return [pg["state"] for pg in ray.util.placement_group_table().values() if pg["state"] != "REMOVED"]
 
     wait_until(lambda: not left() and not reserved(), 60, "the worker groups' actors and placement groups to go")
     assert ray.available_resources().get("CPU") == 2.0
+    ever = {a["ActorClassName"] for a in state.actors().values()}  # dead ones included
+    assert "RayTrainWorker" in ever and not ever & NOT_STARTED, sorted(ever)
 
 
-def test_the_groups_rendezvous_store_listens_on_the_node_address_only(ray_loopback_gloo: Any) -> None:
+def test_the_groups_rendezvous_store_listens_on_the_node_address_only(ray_local: Any) -> None:
     # torch's own env:// rendezvous would listen on every interface; the group's store binds the
     # address Ray knows the node by (127.0.0.1 here). Checked in a Ray worker, where rank 0 runs.
     import ray

@@ -1,19 +1,21 @@
 """The UI against a real local Ray (job server included) and a real MLflow store:
 
 - an OpenAPI fuzz run (schemathesis) with no 5xx answer, and no job launched by invalid input;
-- the browser test: a real headless Chromium opens the UI, launches the quick sweep through the
-  form, waits for it to finish, and finds the trial table and the Pareto plot; screenshots of
-  each page (ELASTUNE_UPDATE_SCREENSHOTS=1 copies them into docs/screenshots/).
+- the browser test: a real headless Chromium opens the UI, launches a sweep through the form,
+  waits for it to finish, and finds the trial table and the Pareto plot; screenshots of each page
+  (ELASTUNE_UPDATE_SCREENSHOTS=1 copies them into docs/screenshots/).
 
-The Ray cluster is conftest's token-authenticated head (shared with the `ray job submit` test);
-everything started here is stopped here.
+The UI lists the repository's specs plus the integration tests' tiny one, which the browser
+launches (its trials take seconds); with ELASTUNE_UPDATE_SCREENSHOTS=1 it launches the README's
+quick sweep instead, so the screenshots show a real one. The Ray cluster is served/conftest.py's
+token-authenticated one (shared with the `ray job submit` test); everything started here is
+stopped here.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,13 +26,16 @@ import httpx
 import pytest
 from elastune.ui import UISettings, create_app
 
-from tests.integration.conftest import RayHead
+from tests.integration.served.conftest import RayHead
+from tests.integration.sweep_specs import tiny_spec, write_spec
 from tests.unit.test_ui_api import write_sweep
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = Path("/usr/bin/chromium")
+UPDATE_SCREENSHOTS = os.environ.get("ELASTUNE_UPDATE_SCREENSHOTS") == "1"
+LAUNCHED = "dlrm_quick" if UPDATE_SCREENSHOTS else "tiny"  # the spec the browser test launches
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -48,12 +53,6 @@ class Served:
     base: str
     dashboard: str
     tracking_uri: str
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -82,13 +81,20 @@ def test_the_cluster_refuses_a_client_without_the_token(ray_dashboard: str) -> N
 
 @pytest.fixture(scope="module")
 def served(
-    ray_dashboard: str, tmp_path_factory: pytest.TempPathFactory, wait_until: Callable[..., None]
+    ray_dashboard: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    free_port: Callable[[], int],
+    wait_until: Callable[..., None],
 ) -> Iterator[Served]:
     import uvicorn
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-    port = _free_port()
-    app = create_app(UISettings(port=port, ray_address=ray_dashboard, tracking_uri=uri))
+    specs = tmp_path_factory.mktemp("search_spaces")
+    for shipped in (ROOT / "search_spaces").glob("*.yaml"):
+        shutil.copy(shipped, specs / shipped.name)
+    write_spec(specs / "tiny.yaml", tiny_spec())
+    port = free_port()
+    app = create_app(UISettings(port=port, ray_address=ray_dashboard, tracking_uri=uri, spec_dir=specs))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, name="ui-server", daemon=True)
     thread.start()
@@ -180,14 +186,14 @@ def browser() -> Iterator[Any]:
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     folder = tmp_path_factory.mktemp("screenshots")
     yield folder
-    if os.environ.get("ELASTUNE_UPDATE_SCREENSHOTS") == "1":
+    if UPDATE_SCREENSHOTS:
         target = ROOT / "docs" / "screenshots"
         target.mkdir(parents=True, exist_ok=True)
         for png in folder.glob("*.png"):
             shutil.copy(png, target / png.name)
 
 
-def test_launch_the_quick_sweep_from_the_browser_and_read_its_results(
+def test_launch_a_sweep_from_the_browser_and_read_its_results(
     served: Served, browser: Any, shots: Path, wait_until: Callable[..., None]
 ) -> None:
     page = browser.new_page(viewport={"width": 1360, "height": 900})
@@ -210,9 +216,10 @@ def test_launch_the_quick_sweep_from_the_browser_and_read_its_results(
     assert "2GiB" in problem.inner_text()
     page.screenshot(path=str(shots / "jobs-validation.png"), full_page=True)
 
-    # 2. Launch for real; the job shows up with its live log. Two of the spec's 8 trials (one round
-    # instead of four) keeps the test quick; with the reference that is three rows in the table.
-    page.fill("#f-memory_ceiling", "")  # the spec's own ceiling, what the README's quick sweep uses
+    # 2. Launch for real; the job shows up with its live log. Two trials (one round at two at a
+    # time) keep the test quick; with the reference that is three rows in the table.
+    page.select_option("#f-spec", LAUNCHED)
+    page.fill("#f-memory_ceiling", "")  # the spec's own ceiling
     page.fill("#f-max_trials", "2")
     page.click("#launch-button")
     page.wait_for_selector("#log-card:not([hidden])")
