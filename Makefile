@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml
 demo: install
 	$(VENV)/bin/elastune sweep search_spaces/dlrm_quick.yaml
 
+# Two workers: the integration packages and the unit-test files are spread over them as
+# tests/conftest.py says (pytest_xdist_make_scheduler). A single test: .venv/bin/pytest PATH::NAME.
 test: install lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 test-fast: install
 	$(PY) -m pytest -m "not integration and not slow"

@@ -38,3 +38,29 @@ def tiny_cfg() -> Callable[..., RunConfig]:
         return load_run_config(None, [*TINY, *overrides])
 
     return make
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With pytest-xdist (`make test` runs `-n 2`): each package of integration tests that shares a
+    Ray cluster or servers (integration/local_ray, integration/served) is one unit of work, so one
+    worker runs it in order and its package fixtures start once; every other test file is a unit
+    of its own. The integration units go first: they are the longest, and a worker running Ray
+    tests leaves the other core idle about a third of the time."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByPackage(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            parts = path.split("/")
+            return "/".join(parts[:3]) if parts[:2] == ["tests", "integration"] and len(parts) > 3 else path
+
+    config.option.loadscopereorder = False  # the collection's order (below), not the largest unit first
+    return ByPackage(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: the integration tests first (see pytest_xdist_make_scheduler); the
+    order is otherwise pytest's, the same in every worker."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: not item.nodeid.startswith("tests/integration/"))
