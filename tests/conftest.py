@@ -40,6 +40,7 @@ def tiny_cfg() -> Callable[..., RunConfig]:
     return make
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: no error where xdist is not loaded (-p no:xdist)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With pytest-xdist (`make test` runs `-n 2`): each package of integration tests that shares a
     Ray cluster or servers (integration/local_ray, integration/served) is one unit of work, so one
