@@ -36,9 +36,11 @@ def test_every_package_directory_is_listed_in_pyproject() -> None:
         ".".join(init.parent.relative_to(ROOT / "platform").parts)
         for init in (ROOT / "platform" / "elastune").rglob("__init__.py")
     }
+    # Under jobs/ and ui/ every directory ships, code or data (ui/static, ui/templates).
     found |= {
-        f"elastune.{init.parent.relative_to(ROOT).as_posix().replace('/', '.')}"
+        f"elastune.{directory.relative_to(ROOT).as_posix().replace('/', '.')}"
         for root in ("jobs", "ui")
-        for init in (ROOT / root).rglob("__init__.py")
+        for directory in [ROOT / root, *(ROOT / root).rglob("*")]
+        if directory.is_dir() and directory.name != "__pycache__"
     }
     assert found == listed
