@@ -9,7 +9,6 @@ found it: its actors, placement groups and EDO broker are gone when it ends.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,21 +19,17 @@ import pytest
 def ray_local() -> Iterator[Any]:
     import ray
 
-    before = os.environ.get("GLOO_SOCKET_IFNAME")
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # read by the raylet at start; its workers inherit it
-    context = ray.init(
-        address="local",  # a new Ray, never one a `ray start` elsewhere on the machine left running
-        num_cpus=2,
-        num_gpus=1,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-    )
-    try:
-        yield context
-    finally:
-        ray.shutdown()
-        if before is None:
-            os.environ.pop("GLOO_SOCKET_IFNAME", None)
-        else:
-            os.environ["GLOO_SOCKET_IFNAME"] = before
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("GLOO_SOCKET_IFNAME", "lo")  # read by the raylet at start; its workers inherit it
+        context = ray.init(
+            address="local",  # a new Ray, never one a `ray start` elsewhere on the machine left running
+            num_cpus=2,
+            num_gpus=1,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+        try:
+            yield context
+        finally:
+            ray.shutdown()
