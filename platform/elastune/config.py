@@ -219,9 +219,24 @@ class EvalConfig(_Section):
 
 
 class CheckpointConfig(_Section):
-    path: Path | None = Field(None, description="Checkpoint file to write (and to resume from).")
+    """Where a run saves (and resumes) itself. The file system is checked when the run starts, before
+    the model is built (training/checkpoint.py: check_checkpoint), not here: the process that trains
+    may not be the one that validates the config."""
+
+    path: Path | None = Field(
+        None,
+        description="Checkpoint file, written at the end (and every N steps) and read to resume. Its folder "
+        "must exist and be writable (elastune creates no folder); a folder, or an existing file that is not "
+        "an elastune checkpoint (empty files excepted), is refused, never overwritten. Read as tensors and "
+        "plain data only (torch.load weights_only=True): a file holding a pickled object is refused unrun.",
+    )
     every: int = Field(0, ge=0, description="Write every N optimizer steps; 0 = only at the end.")
-    resume: bool = Field(False, description="Start from checkpoint.path if it exists.")
+    resume: bool = Field(
+        False,
+        description="Start from checkpoint.path if that file exists: it must be an elastune checkpoint of "
+        "this run's config (workload, data, model, embedding, optimizer, precision, seed); no file: start "
+        "from scratch.",
+    )
 
     @model_validator(mode="after")
     def _resume_needs_path(self) -> CheckpointConfig:

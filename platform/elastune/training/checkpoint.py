@@ -2,11 +2,27 @@
 
 A run restored at step s continues exactly as the uninterrupted run would have: the data
 position (samples consumed) and the RNG state come back with the weights.
+
+A checkpoint never runs code. Its payload is plain data (tensors, dicts, lists, numbers,
+strings): every state_dict elastune writes (torch's Adam, SGD and Adagrad, the row-wise sparse
+optimizers, the strategies' rows and row state, the fbgemm tables, GradScaler) is made of these,
+so it is read with `torch.load(weights_only=True)` and no class is allow-listed. A file that needs
+anything else (a pickled object whose loading would call a function) is refused, as are files that
+are not elastune checkpoints at all.
+
+`check_checkpoint` runs before anything is built (training/loop.py): the target of
+checkpoint.path must be a file in an existing, writable folder, a file to resume from must be an
+elastune checkpoint of this config, and a file that would be overwritten must be one too (or
+empty), so a typo cannot replace a file elastune did not write.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import tempfile
+import zipfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -14,14 +30,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from elastune.errors import InputError
+from elastune.config import CheckpointConfig
+from elastune.errors import ConfigError, InputError, Problem
 from elastune.training.optim import Optimizers
 
-__all__ = ["LoopState", "load_checkpoint", "save_checkpoint"]
+__all__ = ["LoopState", "check_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 # Config sections that must match for a checkpoint to be resumable: they shape the weights and
 # the data stream. Steps, checkpointing and eval may differ.
 _MUST_MATCH = ("workload", "data", "model", "embedding", "optimizer", "precision", "seed")
+# What save_checkpoint writes; a file without all of these is not an elastune checkpoint.
+_KEYS = ("model", "optimizers", "scaler", "loop", "rng", "config")
+_TYPES: dict[str, type] = {
+    "model": Mapping,
+    "optimizers": Mapping,
+    "scaler": Mapping,
+    "loop": Mapping,
+    "rng": torch.Tensor,
+    "config": Mapping,
+}
 
 
 @dataclass
@@ -31,6 +58,31 @@ class LoopState:
     micro: int = 1
     accum: int = 1
     oom_retries: int = 0
+
+
+# LoopState's fields, each with the least value a checkpoint may hold.
+_LOOP_FLOORS = {"step": 0, "samples": 0, "micro": 1, "accum": 1, "oom_retries": 0}
+
+
+def check_checkpoint(ckpt: CheckpointConfig, config: dict[str, Any], *, writes: bool) -> None:
+    """Refuse, before the model is built, a checkpoint.path the run could not use: not a file, in a
+    folder that does not exist or cannot be written (when this process `writes` the checkpoint),
+    or an existing file that is not an elastune checkpoint this run may resume from or overwrite.
+    Raises ConfigError naming checkpoint.path; reads and writes nothing that stays."""
+    path = ckpt.path
+    if path is None:
+        return
+    _check_place(path, writes=writes)
+    if not path.is_file():
+        return  # a new file: resume starts from scratch, as its description says
+    if ckpt.resume:
+        _read(path, config, mmap=True)  # mmap: the check reads the structure, not every tensor
+    elif writes and path.stat().st_size > 0 and not _is_checkpoint(path):
+        raise _problem(
+            path,
+            "exists and is not an elastune checkpoint; the run would overwrite it at its end. "
+            "Point checkpoint.path at a new file (or delete this one if it is not needed)",
+        )
 
 
 def save_checkpoint(
@@ -50,10 +102,14 @@ def save_checkpoint(
         "rng": torch.get_rng_state(),
         "config": config,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # No mkdir: check_checkpoint required the folder to exist (a typo in a path must not create one).
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)  # atomic: a crash mid-write never leaves a torn checkpoint behind
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)  # atomic: a crash mid-write never leaves a torn checkpoint behind
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write (disk full, interrupted) leaves nothing behind
+        raise
 
 
 def load_checkpoint(
@@ -64,15 +120,127 @@ def load_checkpoint(
     scaler: torch.amp.GradScaler,
     config: dict[str, Any],
 ) -> LoopState:
-    payload = torch.load(path, map_location="cpu", weights_only=False)
+    # Read again rather than kept from check_checkpoint: the tensors are read here, after the
+    # memory baseline, and a file replaced since the check is checked again all the same.
+    payload, state = _read(path, config, mmap=False)
+    try:
+        model.load_state_dict(payload["model"])
+        opts.load_state_dict(payload["optimizers"])
+        scaler.load_state_dict(payload["scaler"])
+        torch.set_rng_state(payload["rng"])
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:
+        raise _problem(
+            path, f"does not fit the model this config builds ({_first_line(exc)}); point checkpoint.path at a new file"
+        ) from None
+    return state
+
+
+# -- the checks
+
+
+def _check_place(path: Path, *, writes: bool) -> None:
+    if path.is_dir():
+        raise _problem(path, "is a folder; give a file in it, e.g. checkpoint.path=" + str(path / "run.ckpt"))
+    if path.exists() and not path.is_file():
+        raise _problem(path, "is not a regular file; give the path of a file")
+    if not writes:
+        return
+    folder = path.parent
+    if not folder.exists():
+        raise _problem(
+            path,
+            f"its folder {str(folder)!r} does not exist (elastune does not create folders); "
+            "create it first or point checkpoint.path into an existing folder",
+        )
+    if not folder.is_dir():
+        raise _problem(path, f"{str(folder)!r} is not a folder; point checkpoint.path into a folder")
+    try:
+        # A real write test: as root, os.access says yes where no file can be created (/proc, /sys).
+        # The file has no name (O_TMPFILE where the filesystem has it) and is gone when closed.
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise _problem(
+            path,
+            f"cannot create a file in {str(folder)!r} ({exc.strerror or exc}); point checkpoint.path "
+            "into a folder this process can write",
+        ) from None
+    tmp = path.with_name(path.name + ".tmp")
+    if tmp.exists() and not tmp.is_file():
+        raise _problem(path, f"{str(tmp)!r} (where the checkpoint is written first) is not a file; remove it")
+
+
+def _read(path: Path, config: dict[str, Any], *, mmap: bool) -> tuple[dict[str, Any], LoopState]:
+    """The payload of an elastune checkpoint written by a run of this config, and its loop state."""
+    payload = _load(path, mmap=mmap)
+    missing = [key for key in _KEYS if key not in payload] if isinstance(payload, dict) else list(_KEYS)
+    if missing:
+        raise _problem(
+            path,
+            f"is not an elastune checkpoint (it has no {', '.join(missing)}); point checkpoint.path at a "
+            "checkpoint elastune wrote, or at a new file to start from scratch",
+        )
+    wrong = [key for key in _KEYS if not isinstance(payload[key], _TYPES[key])]
+    if wrong:
+        raise _problem(path, f"is not an elastune checkpoint (malformed {', '.join(wrong)}); point it at another file")
     differ = [k for k in _MUST_MATCH if payload["config"].get(k) != config.get(k)]
     if differ:
-        raise InputError(
-            f"checkpoint.path={str(path)!r} was written by a run with different {', '.join(differ)}; "
-            "resume with the same config or point checkpoint.path at a new file"
+        raise _problem(
+            path,
+            f"was written by a run with different {', '.join(differ)}; "
+            "resume with the same config or point checkpoint.path at a new file",
         )
-    model.load_state_dict(payload["model"])
-    opts.load_state_dict(payload["optimizers"])
-    scaler.load_state_dict(payload["scaler"])
-    torch.set_rng_state(payload["rng"])
-    return LoopState(**payload["loop"])
+    return payload, _loop_state(path, payload["loop"])
+
+
+def _loop_state(path: Path, loop: Mapping[str, Any]) -> LoopState:
+    fine = set(loop) == set(_LOOP_FLOORS) and all(
+        type(value) is int and value >= _LOOP_FLOORS[key] for key, value in loop.items()
+    )
+    if not fine:
+        raise _problem(
+            path, f"is not an elastune checkpoint (malformed loop state {dict(loop)}); point it at another file"
+        )
+    return LoopState(**loop)
+
+
+def _load(path: Path, *, mmap: bool) -> Any:
+    """torch.load with weights_only=True: tensors and plain data only, never a pickled object."""
+    if not zipfile.is_zipfile(path):  # torch.save's format; a bare pickle, random bytes, an empty file
+        raise _problem(
+            path,
+            "is not an elastune checkpoint (not a torch checkpoint archive); point checkpoint.path at a "
+            "checkpoint elastune wrote, or at a new file to start from scratch",
+        )
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as exc:  # any failure to read it means: not a checkpoint elastune can use
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        reason = (
+            f"it holds a pickled Python object ({found.group(1)}) and loading it would run code"
+            if found
+            else _first_line(exc)
+        )
+        raise _problem(
+            path,
+            f"is not an elastune checkpoint, refused unread ({reason}); point checkpoint.path at a "
+            "checkpoint elastune wrote, or at a new file to start from scratch",
+        ) from None
+
+
+def _is_checkpoint(path: Path) -> bool:
+    try:
+        payload = _load(path, mmap=True)
+    except InputError:
+        return False
+    return isinstance(payload, dict) and all(key in payload for key in _KEYS)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 160 else line[:157] + "..."
+
+
+def _problem(path: Path, message: str) -> ConfigError:
+    return ConfigError([Problem("checkpoint.path", str(path), message)])

@@ -22,7 +22,7 @@ from torch import nn
 from elastune.config import RunConfig
 from elastune.errors import ElastuneError
 from elastune.memory.probe import DeviceProbe, MemoryPeak, probe_for
-from elastune.training.checkpoint import LoopState, load_checkpoint, save_checkpoint
+from elastune.training.checkpoint import LoopState, check_checkpoint, load_checkpoint, save_checkpoint
 from elastune.training.oom import is_oom, shrink
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for, check_precision, grad_scaler, resolve_device
@@ -139,6 +139,10 @@ def train(
     # -- set-up: refuse what cannot run before anything is built
     device = resolve_device(cfg.device)
     check_precision(cfg.precision, device)
+    # checkpoint.path: a file in a writable folder; one to resume from (or to overwrite) must be an
+    # elastune checkpoint. Checked now, not when it is read or written after the model is built.
+    writes = parallel is None or parallel.rank == 0  # ranks hold the same weights: rank 0 writes
+    check_checkpoint(cfg.checkpoint, cfg.to_dict(), writes=writes)
     from elastune.memory.estimate import estimate  # lazy: the estimator imports this module
     from elastune.training.metrics import evaluate  # lazy: scikit-learn (2 s to import) is not the estimator's
 
