@@ -131,6 +131,39 @@ def test_a_file_that_is_not_a_checkpoint_is_refused(
     assert f"checkpoint.path='{target}'" in capsys.readouterr().err
 
 
+def tamper_model(payload: dict[str, Any]) -> None:
+    name = next(iter(payload["model"]))
+    payload["model"][name] = torch.zeros(3, 3)  # a table of another shape
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(tamper_model, id="model_shape"),
+        pytest.param(lambda p: p.update(rng=torch.zeros(5)), id="rng_dtype"),
+        pytest.param(lambda p: p.update(scaler={"scale": "x"}), id="scaler"),
+        pytest.param(lambda p: p.update(optimizers={"dense": {"state": {}, "param_groups": []}}), id="optimizer"),
+        pytest.param(lambda p: p["loop"].update(extra=1), id="loop_key"),
+    ],
+)
+def test_a_tampered_checkpoint_is_refused_and_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper: Callable[[dict[str, Any]], None]
+) -> None:
+    # Plain data, but not what this run wrote: exit 2 (some only once the model shows they do not
+    # fit it), and the file is left as it was, never overwritten by a fresh run.
+    target = tmp_path / "run.ckpt"
+    assert run_train(f"checkpoint.path={target}") == 0
+    payload = torch.load(target, weights_only=True)
+    tamper(payload)
+    torch.save(payload, target)
+    before = listing(tmp_path)
+
+    assert run_train(f"checkpoint.path={target}", "checkpoint.resume=true") == 2
+
+    assert listing(tmp_path) == before
+    assert f"checkpoint.path='{target}'" in capsys.readouterr().err
+
+
 def test_a_checkpoint_of_another_config_is_refused_before_the_build(
     tmp_path: Path, builds: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -183,6 +216,22 @@ def test_a_folder_is_refused(
     assert listing(tmp_path) == before  # no ckpts.tmp beside it
     err = capsys.readouterr().err
     assert f"checkpoint.path='{folder}': is a folder" in err and str(folder / "run.ckpt") in err
+
+
+@WHEN
+def test_a_special_file_is_refused(
+    tmp_path: Path, builds: list[str], capsys: pytest.CaptureFixture[str], when: list[str]
+) -> None:
+    # A FIFO stands for every file that is not a regular one (/dev/null, a socket): as root, today's
+    # code would replace it by the checkpoint.
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    assert run_train(f"checkpoint.path={fifo}", *when) == 2
+
+    assert builds == []
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+    assert f"checkpoint.path='{fifo}': is not a regular file" in capsys.readouterr().err
 
 
 @WHEN

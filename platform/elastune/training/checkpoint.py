@@ -18,6 +18,7 @@ empty), so a typo cannot replace a file elastune did not write.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -41,14 +42,8 @@ __all__ = ["LoopState", "check_checkpoint", "load_checkpoint", "save_checkpoint"
 _MUST_MATCH = ("workload", "data", "model", "embedding", "optimizer", "precision", "seed")
 # What save_checkpoint writes; a file without all of these is not an elastune checkpoint.
 _KEYS = ("model", "optimizers", "scaler", "loop", "rng", "config")
-_TYPES: dict[str, type] = {
-    "model": Mapping,
-    "optimizers": Mapping,
-    "scaler": Mapping,
-    "loop": Mapping,
-    "rng": torch.Tensor,
-    "config": Mapping,
-}
+# What GradScaler.state_dict() holds when it is enabled (fp16); disabled, it is empty.
+_SCALER_KEYS = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
 
 
 @dataclass
@@ -77,7 +72,7 @@ def check_checkpoint(ckpt: CheckpointConfig, config: dict[str, Any], *, writes: 
         return  # a new file: resume starts from scratch, as its description says
     if ckpt.resume:
         _read(path, config, mmap=True)  # mmap: the check reads the structure, not every tensor
-    elif writes and path.stat().st_size > 0 and not _is_checkpoint(path):
+    elif writes and not _is_empty(path) and not _is_checkpoint(path):
         raise _problem(
             path,
             "exists and is not an elastune checkpoint; the run would overwrite it at its end. "
@@ -147,9 +142,10 @@ def _check_place(path: Path, *, writes: bool) -> None:
         return
     folder = path.parent
     if not folder.exists():
+        tilde = " (a shell expands ~, elastune does not: give the full path)" if str(path).startswith("~") else ""
         raise _problem(
             path,
-            f"its folder {str(folder)!r} does not exist (elastune does not create folders); "
+            f"its folder {str(folder)!r} does not exist{tilde} (elastune does not create folders); "
             "create it first or point checkpoint.path into an existing folder",
         )
     if not folder.is_dir():
@@ -180,7 +176,7 @@ def _read(path: Path, config: dict[str, Any], *, mmap: bool) -> tuple[dict[str, 
             f"is not an elastune checkpoint (it has no {', '.join(missing)}); point checkpoint.path at a "
             "checkpoint elastune wrote, or at a new file to start from scratch",
         )
-    wrong = [key for key in _KEYS if not isinstance(payload[key], _TYPES[key])]
+    wrong = _malformed(payload)
     if wrong:
         raise _problem(path, f"is not an elastune checkpoint (malformed {', '.join(wrong)}); point it at another file")
     differ = [k for k in _MUST_MATCH if payload["config"].get(k) != config.get(k)]
@@ -191,6 +187,23 @@ def _read(path: Path, config: dict[str, Any], *, mmap: bool) -> tuple[dict[str, 
             "resume with the same config or point checkpoint.path at a new file",
         )
     return payload, _loop_state(path, payload["loop"])
+
+
+def _malformed(payload: dict[str, Any]) -> list[str]:
+    """The parts of a payload that are not what save_checkpoint writes. What the model's and the
+    optimizers' state dicts hold is checked by their load_state_dict, once the model is built."""
+    opts, scaler, rng = payload["optimizers"], payload["scaler"], payload["rng"]
+    fine = {
+        "model": isinstance(payload["model"], Mapping),
+        "optimizers": isinstance(opts, Mapping) and isinstance(opts.get("dense"), Mapping),
+        "scaler": isinstance(scaler, Mapping)
+        and (not scaler or set(scaler) == _SCALER_KEYS)
+        and all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in scaler.values()),
+        "loop": isinstance(payload["loop"], Mapping),
+        "rng": isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 and rng.dim() == 1,
+        "config": isinstance(payload["config"], Mapping),
+    }
+    return [key for key, ok in fine.items() if not ok]
 
 
 def _loop_state(path: Path, loop: Mapping[str, Any]) -> LoopState:
@@ -236,10 +249,19 @@ def _is_checkpoint(path: Path) -> bool:
     return isinstance(payload, dict) and all(key in payload for key in _KEYS)
 
 
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False  # unreadable: not known to be empty, so not overwritten either
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line if len(line) <= 160 else line[:157] + "..."
+    """The gist of an error: its first line, and the next when the first only introduces it
+    (load_state_dict's "Error(s) in loading state_dict for DLRM:")."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
+    line = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 def _problem(path: Path, message: str) -> ConfigError:
