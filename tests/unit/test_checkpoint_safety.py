@@ -61,7 +61,7 @@ def run_train(*sets: str) -> int:
 
 
 def listing(folder: Path) -> dict[str, bytes | None]:
-    return {p.name: (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
 
 
 # -- files that are not elastune checkpoints
