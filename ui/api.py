@@ -9,21 +9,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from elastune.errors import Problem
 from elastune.ui import launch
 from elastune.ui.memory import memory_view
 from elastune.ui.ray_jobs import JobService
 from elastune.ui.settings import UISettings
 from elastune.ui.sweeps import StoreUnavailable, SweepReader, UnknownSweep, best_config_yaml, trials_csv
-from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi import APIRouter, Body, Path, Query, Request, Security
 from fastapi.responses import PlainTextResponse
+from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
 __all__ = ["ErrorBody", "router"]
 
-router = APIRouter(prefix="/api")
+# Declares the bearer token in the OpenAPI schema (so /api/docs has an Authorize button); the check
+# itself is GuardMiddleware's (security.py), which runs before any route.
+router = APIRouter(prefix="/api", dependencies=[Security(HTTPBearer(auto_error=False, description="The UI's token."))])
 
 JobId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$", description="A Ray submission id.")]
-SweepId = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$", description="A sweep id.")]
+# Any id the store can hold opens (the sweep list shows older ids too): it is only ever compared
+# with the stored tag, never put in a path or a query string.
+SweepId = Annotated[str, Path(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]+$", description="A sweep id.")]
 
 
 class ProblemOut(BaseModel):
@@ -125,13 +131,18 @@ def specs(request: Request) -> list[dict[str, Any]]:
 
 
 def _spec_summary(name: str, path: Any) -> dict[str, Any]:
-    from elastune.errors import InputError
+    from elastune.errors import ConfigError, InputError
     from elastune.tuning.spec import load_sweep_spec
 
     try:
         spec = load_sweep_spec(path)
+    except ConfigError as exc:
+        return _invalid_spec(name, str(exc), [str(p) for p in exc.problems])
     except InputError as exc:
-        return {"name": name, "valid": False, "error": str(exc)}
+        return _invalid_spec(name, str(exc), [str(exc)])
+    except Exception as exc:  # a spec a person wrote may break any rule: list it as invalid, never a 500
+        line = f"cannot be read as a sweep spec ({type(exc).__name__}: {exc}); fix or remove the file"
+        return _invalid_spec(name, line, [line])
     return {
         "name": name,
         "valid": True,
@@ -150,6 +161,10 @@ def _spec_summary(name: str, path: Any) -> dict[str, Any]:
 # -- jobs
 
 
+def _invalid_spec(name: str, error: str, problems: list[str]) -> dict[str, Any]:
+    return {"name": name, "valid": False, "error": launch.jsonable(error), "problems": launch.jsonable(problems)}
+
+
 @router.get("/jobs", summary="Jobs on the Ray cluster, newest first", responses=_responses(503))
 def list_jobs(request: Request) -> list[JobOut]:
     return [JobOut(**j) for j in _jobs(request).list()]
@@ -164,22 +179,30 @@ def launch_job(request: Request, job: Annotated[launch.JobRequest, Body()]) -> J
         spec_dir=settings.spec_dir,
         python=settings.job_python,
         tracking_uri=request.app.state.tracking_uri,
-        sweep_exists=lambda sweep_id: _trainable(reader, sweep_id),
+        sweep_problems=lambda sweep_id: _untrainable(reader, sweep_id),
     )
     jobs = _jobs(request)
     return JobOut(**jobs.get(jobs.submit(plan)))
 
 
-def _trainable(reader: SweepReader, sweep_id: str) -> str | None:
+def _untrainable(reader: SweepReader, sweep_id: str) -> list[Problem]:
+    """Why a sweep's best config cannot be launched from here; empty when it can. The stored config
+    is held to the client allowlist: anyone who can write to the store could have planted it."""
+    from elastune.untrusted import stored_config_problems
+
+    def problem(message: str) -> list[Problem]:
+        return [Problem("from_sweep", sweep_id, message)]
+
     try:
         record = reader.load(sweep_id)
     except UnknownSweep:
-        return "no sweep with this id in the tracking store; pick one from the sweep list"
+        return problem("no sweep with this id in the tracking store; pick one from the sweep list")
     except StoreUnavailable as exc:
-        return str(exc)
-    if record.best() is None:
-        return "this sweep has no trial that finished within its ceiling and quality tolerance yet"
-    return None
+        return problem(str(exc))
+    best = record.best()
+    if best is None:
+        return problem("this sweep has no trial that finished within its ceiling and quality tolerance yet")
+    return stored_config_problems(best.config)
 
 
 @router.get("/jobs/{job_id}", summary="One job", responses=_responses(404, 503))
@@ -245,7 +268,7 @@ def sweep_best_config(request: Request, sweep_id: SweepId) -> PlainTextResponse:
 
 
 def _filename(sweep_id: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in sweep_id)[:80]
+    return "".join(c if (c.isascii() and c.isalnum()) or c in "-_" else "_" for c in sweep_id)[:80]
 
 
 # -- memory

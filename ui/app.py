@@ -10,7 +10,7 @@ from typing import Any
 
 from elastune.ui import api, launch
 from elastune.ui.memory import MemoryReader, make_broker_reader
-from elastune.ui.ray_jobs import ClusterUnavailable, JobService, UnknownJob
+from elastune.ui.ray_jobs import ClusterError, ClusterUnavailable, JobService, UnknownJob
 from elastune.ui.security import GuardMiddleware
 from elastune.ui.settings import UISettings, check_bind
 from elastune.ui.sweeps import StoreUnavailable, SweepReader, UnknownSweep
@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-__all__ = ["create_app", "serve"]
+__all__ = ["check_port_free", "create_app", "serve"]
 
 HERE = Path(__file__).resolve().parent
 PAGES = {"jobs": "Jobs", "sweeps": "Sweeps", "memory": "Memory"}
@@ -34,6 +34,7 @@ def create_app(settings: UISettings | None = None, memory_reader: MemoryReader |
         description="Launch and follow sweeps and training jobs; compare trials; watch shared device memory.",
         docs_url="/api/docs",
         redoc_url=None,
+        swagger_ui_parameters={"persistAuthorization": True},
     )
     # Resolved once (absolute, so a job running in Ray's working directory writes to the same store
     # this UI reads); a malformed URI stops start-up with the fix in the message.
@@ -63,7 +64,10 @@ def _version() -> str:
 
 
 def _error(status: int, detail: str, problems: list[dict[str, Any]] | None = None) -> JSONResponse:
-    return JSONResponse({"detail": detail, "problems": problems or []}, status_code=status)
+    # Everything in an error body may echo client input (NaN, 1e999, a lone surrogate, a 5000-digit
+    # number): jsonable makes it encodable, so an error is never itself a 500.
+    body = launch.jsonable({"detail": detail, "problems": problems or []})
+    return JSONResponse(body, status_code=status)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -89,6 +93,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StoreUnavailable)
     async def down(_: Request, exc: Exception) -> JSONResponse:
         return _error(503, str(exc))
+
+    @app.exception_handler(ClusterError)
+    async def cluster_said_no(_: Request, exc: ClusterError) -> JSONResponse:
+        return _error(502, str(exc))
 
 
 def _problem(err: Any) -> dict[str, Any]:
@@ -150,9 +158,28 @@ def serve(settings: UISettings) -> None:
     import uvicorn
 
     check_bind(settings)
+    check_port_free(settings)
     app = create_app(settings)
     shown = f"http://{settings.host if ':' not in settings.host else f'[{settings.host}]'}:{settings.port}/"
     print(f"elastune UI on {shown}" + ("  (token required: open it and paste the token)" if settings.token else ""))
     uvicorn.run(
         app, host=settings.host, port=settings.port, log_level="warning", server_header=False, proxy_headers=False
     )
+
+
+def check_port_free(settings: UISettings) -> None:
+    """Refuse a port something else already listens on, before saying where the UI is (exit 2)."""
+    import socket
+
+    from elastune.errors import InputError
+
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((settings.host, settings.port))
+        except OSError as exc:
+            raise InputError(
+                f"--port={settings.port}: cannot listen on {settings.host}:{settings.port} ({exc.strerror or exc}); "
+                "another program (perhaps another `elastune ui`) has it: stop that one or pick another --port"
+            ) from None

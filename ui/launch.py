@@ -11,9 +11,12 @@ that does not match the schema exactly must never turn into a launched job.
 
 from __future__ import annotations
 
+import math
 import re
+import secrets
 import shlex
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +33,7 @@ __all__ = [
     "TrainJob",
     "jsonable",
     "list_specs",
+    "new_job_id",
     "plan_launch",
     "problem_dicts",
     "set_problems",
@@ -40,7 +44,8 @@ _SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 
 
 class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    # allow_inf_nan=False: JSON bodies may carry NaN, Infinity or 1e999 (Python's parser accepts them).
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class SweepJob(_Args):
@@ -134,6 +139,7 @@ class LaunchPlan:
     kind: str
     argv: list[str]
     metadata: dict[str, str]
+    job_id: str  # the Ray submission id, chosen here: a job's files are keyed by it, never by the client
 
     @property
     def entrypoint(self) -> str:
@@ -152,18 +158,25 @@ def list_specs(spec_dir: Path) -> dict[str, Path]:
     return found
 
 
+def new_job_id(kind: str) -> str:
+    return f"elastune-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
 def plan_launch(
     job: SweepJob | TrainJob,
     *,
     spec_dir: Path,
     python: str,
     tracking_uri: str | None,
-    sweep_exists: Any = None,
+    sweep_problems: Callable[[str], list[Problem]] | None = None,
 ) -> LaunchPlan:
-    """Turn validated arguments into the argv the cluster runs, or raise LaunchProblems."""
+    """Turn validated arguments into the argv the cluster runs, or raise LaunchProblems.
+
+    `sweep_problems(sweep_id)` says why a sweep's best config cannot be trained (unknown sweep, no
+    best trial, a stored config that sets keys a client may not); empty when it can."""
     if isinstance(job, SweepJob):
         return _plan_sweep(job, spec_dir, python, tracking_uri)
-    return _plan_train(job, python, tracking_uri, sweep_exists)
+    return _plan_train(job, python, tracking_uri, sweep_problems)
 
 
 def _plan_sweep(job: SweepJob, spec_dir: Path, python: str, tracking_uri: str | None) -> LaunchPlan:
@@ -183,18 +196,20 @@ def _plan_sweep(job: SweepJob, spec_dir: Path, python: str, tracking_uri: str | 
     for flag, value in options:
         if value is not None:
             argv += [flag, str(value)]
-    return LaunchPlan("sweep", argv, {"elastune_kind": "sweep", "elastune_spec": job.spec})
+    return LaunchPlan("sweep", argv, {"elastune_kind": "sweep", "elastune_spec": job.spec}, new_job_id("sweep"))
 
 
-def _plan_train(job: TrainJob, python: str, tracking_uri: str | None, sweep_exists: Any) -> LaunchPlan:
+def _plan_train(
+    job: TrainJob, python: str, tracking_uri: str | None, sweep_problems: Callable[[str], list[Problem]] | None
+) -> LaunchPlan:
     problems = set_problems(job.sets)
-    if job.from_sweep is not None and sweep_exists is not None:
-        problem = sweep_exists(job.from_sweep)
-        if problem:
-            problems.append(Problem("from_sweep", job.from_sweep, problem))
+    if job.from_sweep is not None and sweep_problems is not None:
+        problems += sweep_problems(job.from_sweep)
     if problems:
         raise LaunchProblems(problems)
-    argv = [python, "-m", "elastune.jobs.train"]
+    # --untrusted: the job checks the overrides and the stored config against the same allowlist
+    # again (the store may change after this check) and writes its checkpoint where it chooses.
+    argv = [python, "-m", "elastune.jobs.train", "--untrusted"]
     if job.from_sweep is not None:
         argv += ["--from-sweep", job.from_sweep]
     for item in job.sets:
@@ -202,18 +217,25 @@ def _plan_train(job: TrainJob, python: str, tracking_uri: str | None, sweep_exis
     if tracking_uri is not None:
         argv += ["--tracking-uri", tracking_uri]
     metadata = {"elastune_kind": "train", "elastune_from_sweep": job.from_sweep or ""}
-    return LaunchPlan("train", argv, metadata)
+    return LaunchPlan("train", argv, metadata, new_job_id("train"))
 
 
 def set_problems(sets: Sequence[str]) -> list[Problem]:
-    """Problems of `--set` pairs, each named `sets.<key>` so the form shows it beside that field."""
+    """Problems of `--set` pairs, each named `sets.<key>` so the form shows it beside that field:
+    keys a client may not set (elastune.untrusted: nothing that names a file), then the config's
+    own validation."""
     from elastune.config import load_run_config
+    from elastune.untrusted import override_problems
 
+    refused = override_problems(sets)
     try:
         load_run_config(None, list(sets))
     except ConfigError as exc:
-        return [Problem(f"sets.{p.path}", p.value, p.message) for p in exc.problems]
-    return []
+        named = {p.path for p in refused}
+        return refused + [
+            Problem(f"sets.{p.path}", p.value, p.message) for p in exc.problems if f"sets.{p.path}" not in named
+        ]
+    return refused
 
 
 def problem_dicts(problems: Sequence[Problem]) -> list[dict[str, Any]]:
@@ -225,11 +247,28 @@ def problem_dicts(problems: Sequence[Problem]) -> list[dict[str, Any]]:
     ]
 
 
+_ECHO_CHARS = 300  # a value echoed in an error is cut here: the client sent it, it need not come back whole
+
+
 def jsonable(value: object) -> Any:
-    if isinstance(value, str | int | float | bool) or value is None:
+    """`value` as something JSON can always encode, for echoing client input in an error body:
+    non-finite floats as text ("nan", "inf"; strict JSON has no NaN), lone surrogates escaped
+    (UTF-8 cannot encode them), long strings and huge integers cut."""
+    if isinstance(value, bool) or value is None:
         return value
+    if isinstance(value, int):
+        return value if abs(value) < 10**18 else _text(str(value))
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return _text(value)
     if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {_text(str(k)): jsonable(v) for k, v in list(value.items())[:50]}
     if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return str(value)
+        return [jsonable(v) for v in value[:50]]
+    return _text(str(value))
+
+
+def _text(value: str) -> str:
+    cut = value if len(value) <= _ECHO_CHARS else value[: _ECHO_CHARS - 3] + "..."
+    return cut.encode("utf-8", "backslashreplace").decode("utf-8")

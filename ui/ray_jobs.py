@@ -7,16 +7,14 @@ as a bearer header; the client also adds it by itself when RAY_AUTH_MODE=token i
 
 from __future__ import annotations
 
-import secrets
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from elastune.ui.launch import LaunchPlan
 from elastune.ui.settings import ray_auth_token
 
-__all__ = ["ClusterUnavailable", "JobService", "UnknownJob"]
+__all__ = ["ClusterError", "ClusterUnavailable", "JobService", "UnknownJob"]
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _LOG_LIMIT = 256 * 1024  # characters of log sent at once; a tail is what a person reads
@@ -28,6 +26,11 @@ class ClusterUnavailable(Exception):
 
 class UnknownJob(Exception):
     """No job with this id on the cluster (HTTP 404)."""
+
+
+class ClusterError(Exception):
+    """The job server answered, with an error that is not "cannot connect" (HTTP 502 with this
+    message): a refused token, a refused request, a server-side failure. Said as what it is."""
 
 
 @dataclass
@@ -50,10 +53,8 @@ class JobService:
 
                 token = ray_auth_token()
                 headers = {"Authorization": f"Bearer {token}"} if token else None
-                try:
-                    self._client = JobSubmissionClient(self.ray_address, headers=headers)
-                except Exception as exc:  # ConnectionError, ValueError from address lookup, HTTP errors
-                    raise ClusterUnavailable(self._unreachable(exc)) from exc
+                # Its constructor already asks the server (version check): errors are classified by _call.
+                self._client = JobSubmissionClient(self.ray_address, headers=headers)
             return self._client
 
     def _unreachable(self, exc: BaseException) -> str:
@@ -65,32 +66,48 @@ class JobService:
         )
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        client = _bounded(self.client, self._unreachable)
         try:
+            client = _bounded(self.client, self._unreachable)
             return _bounded(lambda: getattr(client, method)(*args, **kwargs), self._unreachable)
-        except ClusterUnavailable:
-            with self._lock:
-                self._client = None
+        except ClusterUnavailable:  # no answer in time
+            self._forget()
             raise
-        except RuntimeError as exc:
-            # The SDK reports an unknown id as a RuntimeError whose text says "does not exist" (404).
-            if "does not exist" in str(exc) or "404" in str(exc):
-                raise UnknownJob(str(exc)) from exc
-            raise ClusterUnavailable(self._unreachable(exc)) from exc
-        except Exception as exc:  # requests' ConnectionError and friends: the cluster went away
-            with self._lock:
-                self._client = None
-            raise ClusterUnavailable(self._unreachable(exc)) from exc
+        except Exception as exc:
+            classified = self._classify(exc)
+            if not isinstance(classified, UnknownJob):
+                self._forget()  # remade on the next call: the cluster, or its token, may change
+            raise classified from exc
+
+    def _forget(self) -> None:
+        with self._lock:
+            self._client = None
+
+    def _classify(self, exc: BaseException) -> Exception:
+        """An SDK error as what it is: unreachable (503), refused token (502, says how to fix),
+        unknown job (404), or another answer from the job server (502, its own words)."""
+        from ray.exceptions import AuthenticationError
+
+        first = _first_line(exc)
+        if isinstance(exc, AuthenticationError) or "authentication token" in first.lower():
+            return ClusterError(
+                f"The Ray job server at {self._where()} refused this UI's token ({first}). Give the UI the "
+                "cluster's token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (`ray get-auth-token` "
+                "on the head prints it), then restart `elastune ui`."
+            )
+        if isinstance(exc, RuntimeError) and ("does not exist" in first or "404" in first):
+            return UnknownJob(first)  # the SDK's words for an unknown id
+        if isinstance(exc, ConnectionError | TimeoutError | OSError) or _is_connection_error(exc):
+            return ClusterUnavailable(self._unreachable(exc))
+        return ClusterError(f"The Ray job server at {self._where()} answered with an error: {first}")
 
     # -- jobs
 
     def submit(self, plan: LaunchPlan) -> str:
-        submission_id = f"elastune-{plan.kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         # No runtime_env: the cluster runs the installed elastune; nothing from the client goes in.
         result: str = self._call(
             "submit_job",
             entrypoint=plan.entrypoint,
-            submission_id=submission_id,
+            submission_id=plan.job_id,
             metadata={**plan.metadata, "elastune_ui": "1"},
         )
         return result
@@ -124,6 +141,20 @@ class JobService:
             return {"job_id": job_id, "stopped": False, "status": info["status"], "message": "already finished"}
         stopped = bool(self._call("stop_job", job_id))
         return {"job_id": job_id, "stopped": stopped, "status": self.get(job_id)["status"], "message": ""}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line[:300]
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    """requests' ConnectionError and the SDK's "Failed to connect" (a ConnectionError or a
+    ValueError from its address lookup): the cluster is not there."""
+    import requests
+
+    return isinstance(exc, requests.ConnectionError | requests.Timeout) or "failed to connect" in str(exc).lower()
 
 
 def _bounded(fn: Any, unreachable: Any, wait_s: float = 20.0) -> Any:

@@ -24,7 +24,7 @@ _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 class UISettings:
     host: str = "127.0.0.1"
     port: int = 8710
-    token: str | None = None  # when set, every /api call and the schema need `Authorization: Bearer TOKEN`
+    token: str | None = None  # when set, every /api call needs `Authorization: Bearer TOKEN`
     ray_address: str | None = None  # dashboard URL (http://127.0.0.1:8265) or a ray.init address; None: local
     tracking_uri: str | None = None  # MLflow; None: elastune's default store
     spec_dir: Path = field(default_factory=lambda: default_spec_dir())
@@ -55,11 +55,13 @@ def check_bind(settings: UISettings) -> None:
     if not is_loopback(settings.host) and not settings.token:
         raise InputError(
             f"--host={settings.host!r} is reachable from other machines, and anyone who reaches the UI can "
-            "launch jobs on your Ray cluster; set a token with --token TOKEN (or ELASTUNE_UI_TOKEN), "
+            "launch jobs on your Ray cluster; set a token in ELASTUNE_UI_TOKEN (or a file given with --token-file), "
             "or bind to 127.0.0.1"
         )
     if settings.token is not None and len(settings.token) < 16:
-        raise InputError("--token is shorter than 16 characters; use a long random one, e.g. `openssl rand -hex 24`")
+        raise InputError(
+            "the UI's token is shorter than 16 characters; use a long random one, e.g. `openssl rand -hex 24`"
+        )
     if not 0 < settings.port < 65536:
         raise InputError(f"--port={settings.port}: must be between 1 and 65535")
 

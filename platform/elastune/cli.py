@@ -6,7 +6,9 @@ Exit codes: 0 ok, 1 runtime failure, 2 invalid input (nothing launched, written 
 from __future__ import annotations
 
 import json
+import secrets
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -66,6 +68,14 @@ def train(
         str | None, typer.Option("--from-sweep", help="Start from this sweep's best config (read from MLflow).")
     ] = None,
     tracking_uri: TrackingOpt = None,
+    untrusted: Annotated[
+        bool,
+        typer.Option(
+            "--untrusted",
+            help="The config and overrides come from a remote client (the web UI sets this): only the keys in "
+            "elastune/untrusted.py, none of which names a file; the checkpoint goes to $ELASTUNE_HOME/jobs/JOB_ID/.",
+        ),
+    ] = False,
 ) -> None:
     """Train one configuration; print throughput, measured and predicted peak memory, quality."""
     from elastune.training.loop import Progress
@@ -75,6 +85,8 @@ def train(
         if config is not None:
             raise InputError("give a CONFIG file or --from-sweep, not both")
         config = _best_config_file(from_sweep, tracking_uri)
+    if untrusted:
+        set_ = _untrusted_overrides(config, set_ or [], from_sweep)
     cfg = load_run_config(config, set_ or [])
     err.print(
         f"[bold]training[/] {cfg.workload} · {cfg.embedding.strategy} · {cfg.precision} · "
@@ -202,6 +214,23 @@ def _print_summary(record: Any) -> None:
     best = record.best()
     if best is not None:
         out.print(f"best config: elastune train --from-sweep {record.sweep_id}   (MLflow artifact best_config.yaml)")
+
+
+def _untrusted_overrides(config: Path | None, sets: list[str], from_sweep: str | None) -> list[str]:
+    """Hold a remote client's config and overrides to the allowlist (exit 2 naming each refused key,
+    before anything runs), and add the checkpoint path this process chooses, keyed by the job id."""
+    from elastune.config import read_yaml_mapping
+    from elastune.errors import ConfigError
+    from elastune.tuning.sweep import ray_job_id
+    from elastune.untrusted import client_checkpoint, override_problems, stored_config_problems
+
+    problems = override_problems(sets, field="--set")
+    if config is not None:
+        problems += stored_config_problems(read_yaml_mapping(config), field="from_sweep" if from_sweep else "config")
+    if problems:
+        raise ConfigError(problems, source="a remote client's run")
+    job_id = ray_job_id() or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    return [*sets, f"checkpoint.path={client_checkpoint(job_id)}"]
 
 
 def _best_config_file(sweep_id: str, tracking_uri: str | None) -> Path:

@@ -8,20 +8,26 @@ UI's dependency arrow keeps pointing at the library.
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from elastune.errors import InputError
+
 __all__ = ["ui"]
 
 
 def ui(
-    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --token.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs a token.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8710,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="File holding the access token every API call must send (Bearer); or $ELASTUNE_UI_TOKEN."),
+    ] = None,
     token: Annotated[
-        str | None,
-        typer.Option(envvar="ELASTUNE_UI_TOKEN", help="Access token every API call must send (Bearer)."),
+        str | None, typer.Option(hidden=True, help="Refused: a token on the command line shows in `ps`.")
     ] = None,
     ray_address: Annotated[
         str | None,
@@ -42,6 +48,11 @@ def ui(
 ) -> None:
     """Start the web UI: launch and follow sweeps, compare trials, watch shared device memory."""
     web = importlib.import_module("elastune.ui")
+    if token is not None:
+        raise InputError(
+            "--token: a token on the command line is visible to every user in `ps` and, once the UI talks to "
+            "Ray, in `ray job list`; put it in ELASTUNE_UI_TOKEN or a file given with --token-file"
+        )
     extra: dict[str, object] = {}
     if spec_dir is not None:
         extra["spec_dir"] = spec_dir.expanduser().resolve()
@@ -50,10 +61,28 @@ def ui(
     settings = web.UISettings(
         host=host,
         port=port,
-        token=token or None,
+        token=_read_token(token_file),
         ray_address=ray_address,
         tracking_uri=tracking_uri,
         allowed_hosts=tuple(allow_host or ()),
         **extra,
     )
     web.serve(settings)
+
+
+def _read_token(token_file: Path | None) -> str | None:
+    """The UI's token from --token-file, else $ELASTUNE_UI_TOKEN, which is then removed from this
+    process's environment: nothing this process starts (a local Ray, and through it every job)
+    inherits it."""
+    from_env = os.environ.pop("ELASTUNE_UI_TOKEN", None)
+    if token_file is None:
+        return (from_env or "").strip() or None
+    try:
+        text = token_file.expanduser().read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(
+            f"--token-file={str(token_file)!r}: cannot read it ({exc}); give a readable text file"
+        ) from None
+    if not text or len(text.splitlines()) > 1:
+        raise InputError(f"--token-file={str(token_file)!r}: must hold the token alone on one line")
+    return text

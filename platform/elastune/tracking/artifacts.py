@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,8 +89,20 @@ def trials_csv(record: SweepRecord) -> str:
         row: list[Any] = [trial.trial_id, trial.number, trial.status]
         row += [as_text(params[k]) if k in params else "" for k in param_keys]
         row += ["" if getattr(trial, name) is None else getattr(trial, name) for name in _CSV_FIGURES]
-        writer.writerow(row)
+        writer.writerow([_inert(cell) for cell in row])
     return buffer.getvalue()
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _inert(cell: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, tab, CR first) gets a
+    leading apostrophe (OWASP's CSV-injection rule); numbers, negative ones too, stay numbers."""
+    if isinstance(cell, str) and cell.startswith(_FORMULA_START) and not _NUMBER.match(cell):
+        return "'" + cell
+    return cell
 
 
 def pareto_png(record: SweepRecord) -> bytes:

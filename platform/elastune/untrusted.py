@@ -1,0 +1,136 @@
+"""What a remote client may set in a run config: an allowlist, and the checks that apply it.
+
+Whoever reaches the web UI can launch training jobs on the cluster. A run config has fields that
+name files (`checkpoint.path` is read with torch.load and written at the end, `data.path` is opened),
+so a client that could set them could read, probe or overwrite any file the cluster can. Here a
+client sets only the keys below: none of them names a file, a folder or a command. A config read
+back from the tracking store (a sweep's `best_config.yaml`, which anyone who can write to the store
+could plant) is held to the same list before anything runs: each key outside it must keep its
+default value.
+
+The list is explicit, not derived: a field added to RunConfig later stays closed to clients until
+someone decides it is safe (tests/unit/test_untrusted.py checks no path-typed field is on it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from elastune.config import RunConfig, parse_overrides
+from elastune.errors import ConfigError, Problem
+
+__all__ = ["CLIENT_KEYS", "client_checkpoint", "override_problems", "stored_config_problems"]
+
+CLIENT_KEYS: frozenset[str] = frozenset(
+    {
+        "workload",
+        "seed",
+        "device",
+        "precision",
+        "steps",
+        "warmup_steps",
+        "data.rows_scale",
+        "data.zipf_alpha",
+        "data.pooling",
+        "data.seed",
+        "model.embedding_dim",
+        "model.bottom_mlp",
+        "model.top_mlp",
+        "embedding.strategy",
+        "embedding.dtype",
+        "embedding.buckets",
+        "embedding.compression",
+        "embedding.num_hashes",
+        "embedding.qr_combine",
+        "embedding.mixed_blocks",
+        "embedding.mixed_min_dim",
+        "embedding.groups",
+        "embedding.cache_rows",
+        "embedding.cache_ratio",
+        "embedding.backend",
+        "optimizer.dense",
+        "optimizer.sparse",
+        "optimizer.lr",
+        "batch.micro",
+        "batch.accum",
+        "eval.samples",
+        "eval.batch",
+    }
+)
+
+_FIX = "a remote client may set only these run-config keys (none names a file): "
+
+
+def _refusal(key: str) -> str:
+    section = key.split(".", 1)[0]
+    same_section = sorted(k for k in CLIENT_KEYS if k.startswith(section + "."))
+    hint = ", ".join(same_section) if same_section else ", ".join(sorted(CLIENT_KEYS))
+    return f"cannot be set from the UI or another remote client; {_FIX}{hint}"
+
+
+def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]:
+    """Problems of `key=value` overrides a client sent: each run-config key outside CLIENT_KEYS, named
+    `field.key`.
+
+    A key that names a whole section (`batch={micro: 8}`) is checked key by key, so a section
+    cannot smuggle in a closed field. Keys the config does not have, and malformed pairs, are left
+    to the config's own validation (which suggests the key meant)."""
+    known = {leaf for leaf, _ in _leaves(RunConfig().to_dict())}
+    problems: list[Problem] = []
+    for item in sets:
+        _, sep, _ = item.partition("=")
+        if not sep:
+            continue
+        try:
+            nested = parse_overrides([item])
+        except ConfigError:
+            continue
+        for leaf, value in _leaves(nested):
+            if leaf in known and leaf not in CLIENT_KEYS:
+                problems.append(Problem(f"{field}.{leaf}", value, _refusal(leaf)))
+    return problems
+
+
+def stored_config_problems(raw: Mapping[str, Any], field: str = "from_sweep") -> list[Problem]:
+    """Problems of a config read back from the tracking store: a key outside CLIENT_KEYS whose value
+    is not its default (the stored config is a full dump, so closed keys appear at their defaults)."""
+    defaults = dict(_leaves(RunConfig().to_dict()))
+    problems = []
+    for leaf, value in _leaves(raw):
+        if leaf in CLIENT_KEYS or (leaf in defaults and defaults[leaf] == value):
+            continue
+        problems.append(
+            Problem(
+                f"{field}.{leaf}",
+                value,
+                "the stored config sets a key a remote client may not (it names a file, or is unknown); "
+                "train it from the command line after checking it, or pick another sweep",
+            )
+        )
+    return problems
+
+
+def client_checkpoint(job_id: str) -> Path:
+    """Where a client-launched run writes its checkpoint: chosen here, never by the client.
+    `$ELASTUNE_HOME/jobs/JOB_ID/checkpoint.pt`, the folder created (elastune creates no folder
+    for a checkpoint.path a user gives)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job_id).strip(".") or "job"
+    home = Path(os.environ.get("ELASTUNE_HOME", Path.home() / ".elastune")).expanduser()
+    folder = home / "jobs" / safe[:128]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / "checkpoint.pt"
+
+
+def _leaves(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """{"batch": {"micro": 8}} -> [("batch.micro", 8)]; an empty mapping is a leaf of its own."""
+    out: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out += _leaves(value, path + ".")
+        else:
+            out.append((path, value))
+    return out
