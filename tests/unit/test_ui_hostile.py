@@ -363,3 +363,53 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_made_inert(store: str) -> No
     assert cells, rows
     assert all(not c.startswith(("=", "+", "@", "\t")) for c in cells), cells
     assert "'-2+3" in cells and "-0.5" in cells  # a formula is escaped, a negative number stays a number
+
+
+# ---- point 3: schema-valid input too, at its boundaries ----------------------------------
+
+
+def test_schema_valid_launches_at_their_bounds_reach_the_cluster_and_nothing_else(client: TestClient) -> None:
+    """Every numeric field at its smallest and largest valid value passes validation and meets the
+    absent cluster (503, said as such): valid input is never a 500 either."""
+    from elastune.ui.launch import SweepJob
+
+    bounds = {"max_trials": (1, 10_000), "max_concurrent": (1, 1024), "cpus_per_trial": (1e-9, 1024)}
+    bounds["gpus_per_trial"] = (0, 64)
+    assert set(bounds) == {k for k, f in SweepJob.model_fields.items() if f.annotation in (int | None, float | None)}
+    for field, values in bounds.items():
+        for value in values:
+            response = client.post("/api/jobs", json={"kind": "sweep", "spec": "dlrm_quick", field: value})
+            assert response.status_code == 503, (field, value, response.text)
+            assert "Cannot reach the Ray job server" in response.json()["detail"]
+
+
+def test_fuzzing_valid_and_invalid_input_finds_no_server_error(client: TestClient) -> None:
+    """Schemathesis over every operation, schema-valid input included (the launch endpoint too:
+    this UI's Ray is absent, so a valid launch is the documented 503 and nothing runs)."""
+    import schemathesis
+    from hypothesis import HealthCheck, settings
+    from hypothesis.errors import Unsatisfiable
+    from schemathesis import GenerationMode
+
+    schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
+    errors: list[str] = []
+    seen: dict[str, set[int]] = {}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
+            @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @given(case=operation.as_strategy(generation_mode=mode))
+            def call(case: Any) -> None:
+                response = case.call(headers={"host": "testserver"})
+                status = response.status_code
+                seen.setdefault(case.operation.label, set()).add(status)
+                if status >= 500 and status != 503:
+                    errors.append(f"{case.method} {case.formatted_path} -> {status}: {response.text[:200]}")
+
+            try:
+                call()
+            except Unsatisfiable:
+                assert mode is GenerationMode.NEGATIVE and not list(operation.iter_parameters()), operation.label
+    assert not errors, "\n".join(errors[:10])
+    assert len(seen) >= 10, seen
