@@ -69,6 +69,7 @@ def ray_token_head(
     second += [str(free_port()) for _ in range(4)]
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
+    env["ELASTUNE_HOME"] = str(folder / "elastune-home")  # where the cluster's jobs keep their files
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     log = (folder / "ray.log").open("w")
     nodes = [subprocess.Popen(head, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)]
