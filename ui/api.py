@@ -114,6 +114,7 @@ def health(request: Request) -> dict[str, Any]:
 @router.get("/job-kinds", summary="The job kinds that can be launched and the JSON schema of their arguments")
 def job_kinds(request: Request) -> dict[str, Any]:
     from elastune.config import RunConfig
+    from elastune.untrusted import CLIENT_KEYS
 
     kinds = {}
     for name, model in launch.JOB_KINDS.items():
@@ -122,6 +123,7 @@ def job_kinds(request: Request) -> dict[str, Any]:
         "kinds": kinds,
         "specs": sorted(launch.list_specs(_settings(request).spec_dir)),
         "run_config_schema": RunConfig.model_json_schema(),
+        "settable_keys": sorted(CLIENT_KEYS),  # the run-config keys a training job may override from here
     }
 
 

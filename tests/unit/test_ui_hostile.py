@@ -238,7 +238,10 @@ def test_a_bad_spec_in_the_folder_is_listed_as_invalid_with_its_problems(client:
     for name in ("not_yaml", "a_list", "binary", "wrong_types"):
         assert specs[name]["valid"] is False, specs[name]
         assert specs[name]["problems"] and all(isinstance(p, str) and p for p in specs[name]["problems"])
-    assert client.get("/api/job-kinds").status_code == 200
+    kinds = client.get("/api/job-kinds")
+    assert kinds.status_code == 200
+    settable = set(kinds.json()["settable_keys"])  # what the training form offers
+    assert "batch.micro" in settable and not {"checkpoint.path", "data.path", "data.eval_path"} & settable
 
 
 _SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text()

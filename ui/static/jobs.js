@@ -100,6 +100,8 @@
       for (const [name, child0] of Object.entries(node.properties || {})) {
         const child = resolve(rc, child0);
         const key = prefix ? `${prefix}.${name}` : name;
+        // Only keys the server lets a client set (none names a file); a section shows if any of its keys does.
+        if (!kinds.settable_keys.some((k) => k === key || k.startsWith(`${key}.`))) continue;
         if (child.properties) {
           const section = el("details", { class: "section" }, el("summary", { text: child.title || name }));
           const inner = el("div", { class: "cols" });
@@ -256,7 +258,7 @@
   async function start() {
     try {
       const [published, specList] = await Promise.all([api.get("/api/job-kinds"), api.get("/api/specs")]);
-      kinds = { ...published.kinds, run_config_schema: published.run_config_schema };
+      kinds = { ...published.kinds, run_config_schema: published.run_config_schema, settable_keys: published.settable_keys };
       specs = specList;
       sweeps = await api.get("/api/sweeps").catch(() => []);
     } catch (e) {
