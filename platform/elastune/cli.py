@@ -151,13 +151,19 @@ def sweep(
         str | None, typer.Option(help="Ray cluster address; default $RAY_ADDRESS, else a local Ray on 127.0.0.1.")
     ] = None,
     tracking_uri: TrackingOpt = None,
-    resume: Annotated[str | None, typer.Option(help="Continue this sweep after its driver stopped.")] = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            help="Continue an interrupted or stale sweep where it stopped, on the cluster it ran on (--address "
+            "overrides); finished trials are not run again."
+        ),
+    ] = None,
     format: FormatOpt = Format.table,
 ) -> None:
     """Search strategy, precision, micro-batch and accumulation for the highest samples/s under a ceiling."""
     from elastune.tuning.results import results_json
     from elastune.tuning.spec import load_sweep_spec
-    from elastune.tuning.sweep import SweepOptions, run_sweep
+    from elastune.tuning.sweep import SweepInterrupted, SweepOptions, run_sweep
 
     if spec is None and resume is None:
         raise InputError("give a sweep SPEC file (e.g. search_spaces/dlrm_quick.yaml) or --resume SWEEP_ID")
@@ -172,7 +178,12 @@ def sweep(
     parsed = load_sweep_spec(spec, overrides) if spec is not None else None
     if parsed is None and overrides:
         raise InputError("--resume continues the stored spec as it was; drop the spec overrides")
-    record = run_sweep(parsed, SweepOptions(address=address, tracking_uri=tracking_uri), resume=resume)
+    try:
+        record = run_sweep(parsed, SweepOptions(address=address, tracking_uri=tracking_uri), resume=resume)
+    except SweepInterrupted as stopped:  # the table of what ran, then (main) the line that resumes it
+        if format is Format.table:
+            _print_summary(stopped.record)
+        raise
     if format is Format.json:
         print(json.dumps(results_json(record), indent=2))
     else:
@@ -288,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, standalone_mode=False)
     except ElastuneError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)  # a path stays whole
+        # soft_wrap: a path (or the resume command, an interrupted sweep's last line) stays whole
+        err.print(f"[bold red]{exc.label}:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except SystemExit as exc:  # typer's --help and usage errors
         return int(exc.code or 0)

@@ -13,9 +13,10 @@ __all__ = ["ConfigError", "DataError", "DeviceError", "ElastuneError", "InputErr
 
 
 class ElastuneError(Exception):
-    """Base class. `exit_code` is what the CLI exits with."""
+    """Base class. `exit_code` is what the CLI exits with; `label` starts the line it prints."""
 
     exit_code = 1
+    label = "error"
 
 
 class InputError(ElastuneError):

@@ -14,10 +14,13 @@ import yaml
 from elastune.config import load_run_config
 from elastune.errors import InputError
 from elastune.tracking.mlflow import (
+    Heartbeat,
     SweepTracker,
     artifact_path,
+    heartbeat_interval,
     list_sweeps,
     load_sweep,
+    mark_interrupted,
     mlflow_run_url,
     resolve_tracking_uri,
 )
@@ -26,7 +29,7 @@ from mlflow import MlflowClient
 
 from tests.conftest import TINY
 
-STATUSES = ("ok", "infeasible", "oom", "pruned", "failed", "running")
+STATUSES = ("ok", "infeasible", "oom", "pruned", "failed", "running", "interrupted")
 
 
 def make_sweep(sweep_id: str, started_at: float = 1_700_000_000.125, n_ok: int = 3) -> SweepRecord:
@@ -66,6 +69,7 @@ def make_sweep(sweep_id: str, started_at: float = 1_700_000_000.125, n_ok: int =
         ("pruned", {"samples_per_s": 12.5, "peak_memory_bytes": 50_000_000, "steps": 3, "node": "10.0.0.2"}),
         ("failed", {"error": "Traceback (most recent call last):\n  ≠ ünïcode\n" + "x" * 12_000}),
         ("running", {}),
+        ("interrupted", {"error": "stopped with the sweep's driver; a resume runs it again"}),
     ]
     for offset, (status, figures) in enumerate(rest):
         trials.append(
@@ -192,16 +196,69 @@ def test_relogging_a_trial_updates_its_run(uri: str, tracker: SweepTracker) -> N
     running = next(t for t in record.trials if t.status == "running")
     running.status, running.samples_per_s, running.peak_memory_bytes = "ok", 321.5, 40_000_000
     tracker.log_trial(record, running)  # the running trial finishes
-    failed = next(t for t in record.trials if t.status == "failed")
-    failed.status, failed.error, failed.samples_per_s = "ok", None, 10.0  # retried after a resume: error cleared
-    SweepTracker(uri).log_trial(record, failed)  # a fresh tracker (no cache) finds the run too
+    interrupted = next(t for t in record.trials if t.status == "interrupted")
+    interrupted.status, interrupted.error, interrupted.samples_per_s = "ok", None, 10.0  # run again after a resume
+    SweepTracker(uri).log_trial(record, interrupted)  # a fresh tracker (no cache) finds the run too
     assert len(child_runs(uri, parent)) == len(record.trials)
     loaded = load_sweep("relog", uri)
     assert loaded.trials == record.trials
     by_id = {c.data.tags["elastune.trial_id"]: c for c in child_runs(uri, parent)}
     assert by_id[running.trial_id].info.status == "FINISHED"
     assert by_id[running.trial_id].data.metrics["samples_per_s"] == 321.5
-    assert "elastune.error" not in by_id[failed.trial_id].data.tags
+    assert "elastune.error" not in by_id[interrupted.trial_id].data.tags
+
+
+def test_a_finished_trial_is_never_logged_again(uri: str, tracker: SweepTracker) -> None:
+    """Whatever replays it (a resumed driver, Tune's older saved state), a trial's first final word stands."""
+    record = make_sweep("final", n_ok=1)
+    record.status = "running"
+    tracker.start_sweep(record)
+    for trial in record.trials:
+        tracker.log_trial(record, trial)
+    ok = next(t for t in record.trials if t.status == "ok")
+    failed = next(t for t in record.trials if t.status == "failed")
+    client = MlflowClient(tracking_uri=uri)
+    for writer in (tracker, SweepTracker(uri)):  # the same tracker, and a fresh one (a resumed driver)
+        again = TrialRecord.from_dict({**ok.to_dict(), "samples_per_s": 1.0})
+        writer.log_trial(record, again)
+        writer.log_trial(record, TrialRecord.from_dict({**failed.to_dict(), "status": "ok", "error": None}))
+    assert [m.value for m in client.get_metric_history(ok.mlflow_run_id or "", "samples_per_s")] == [ok.samples_per_s]
+    loaded = {t.trial_id: t for t in load_sweep("final", uri).trials}
+    assert loaded[ok.trial_id] == ok and loaded[failed.trial_id] == failed
+
+
+def test_a_sweep_whose_driver_stopped_beating_reads_back_as_stale(uri: str, tracker: SweepTracker) -> None:
+    record = make_sweep("beats", n_ok=1)
+    record.status = "running"
+    run_id = tracker.start_sweep(record)
+    with Heartbeat(uri, run_id, every_s=0.2):
+        assert load_sweep("beats", uri).status == "running"  # the first beat comes before anything else
+        beat = load_sweep("beats", uri).heartbeat_at
+        assert beat is not None and time.time() - beat < 5
+    deadline = time.monotonic() + 10
+    while load_sweep("beats", uri).status != "stale":  # 4 missed beats of 0.2 s
+        assert time.monotonic() < deadline, "never stale"
+        time.sleep(0.1)
+    assert [r.status for r in list_sweeps(uri) if r.sweep_id == "beats"] == ["stale"]
+    MlflowClient(tracking_uri=uri).set_tag(run_id, "elastune.heartbeat", "nan")  # a hostile tag: ignored
+    assert load_sweep("beats", uri).status == "running"
+
+
+def test_an_interrupted_driver_marks_its_sweep_at_once(uri: str, tracker: SweepTracker) -> None:
+    record = make_sweep("marked", n_ok=1)
+    record.status = "running"
+    run_id = tracker.start_sweep(record)
+    mark_interrupted(uri, run_id)
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["elastune.sweep_status"] == "interrupted"
+    assert load_sweep("marked", uri).status == "interrupted"  # before the full record is rewritten
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "soon", "1e9"])
+def test_heartbeat_interval_is_checked(bad: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ELASTUNE_HEARTBEAT_S", bad)
+    with pytest.raises(InputError, match="ELASTUNE_HEARTBEAT_S"):
+        heartbeat_interval()
 
 
 def test_resume_reopens_the_parent(uri: str, tracker: SweepTracker) -> None:
@@ -253,7 +310,7 @@ def test_reading_a_sweep_back_takes_as_many_queries_for_fifty_trials_as_for_five
     from sqlalchemy.engine import Engine
 
     def statements_to_load(sweep_id: str, n: int) -> int:
-        record = make_sweep(sweep_id, n_ok=n - 5)
+        record = make_sweep(sweep_id, n_ok=n - 6)  # 6: one trial of each other status
         assert len(record.trials) == n
         tracker.start_sweep(record)
         for trial in record.trials:
@@ -272,7 +329,7 @@ def test_reading_a_sweep_back_takes_as_many_queries_for_fifty_trials_as_for_five
         assert loaded.trials == record.trials
         return count
 
-    five, fifty = statements_to_load("five", 5), statements_to_load("fifty", 50)
+    five, fifty = statements_to_load("six", 6), statements_to_load("fifty", 50)
     assert 0 < fifty == five, (five, fifty)
 
 

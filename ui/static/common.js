@@ -114,7 +114,7 @@ const Elastune = (() => {
   const STATUS_WORDS = {
     PENDING: "waiting", RUNNING: "running", SUCCEEDED: "succeeded", FAILED: "failed", STOPPED: "stopped",
     ok: "ok", infeasible: "infeasible", oom: "out of memory", pruned: "stopped early", failed: "failed",
-    running: "running", finished: "finished", interrupted: "interrupted",
+    running: "running", finished: "finished", interrupted: "interrupted", stale: "stale (driver gone)",
   };
   const pill = (status, extra) => el("span", { class: `pill ${status} ${extra || ""}`, text: STATUS_WORDS[status] || status });
   function empty(title, text) { return el("div", { class: "empty" }, el("strong", { text: title }), text ? el("div", { text }) : null); }

@@ -15,15 +15,22 @@ Where each field lives, and why:
   (plus paging), not one artifact download per trial. JSON keeps ints, floats (exactly: repr
   round-trips), bools and None.
 - The driver is the only writer (trials report to it), so this module caches which child run
-  belongs to which trial instead of searching for it on every `log_trial`.
+  belongs to which trial instead of searching for it on every `log_trial`. A trial run that holds
+  a final status (ok, infeasible, oom, pruned, failed) is never written again, whoever asks.
+- A running sweep's driver beats: `Heartbeat` sets the parent's `elastune.heartbeat` tag every
+  ELASTUNE_HEARTBEAT_S seconds (default 15) from its own thread. A sweep recorded as running whose
+  last beat is more than `STALE_AFTER_BEATS` beats old reads back as `stale`: its driver was
+  killed (SIGKILL, a lost machine) before it could say so.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +50,7 @@ from mlflow.exceptions import MlflowException
 from elastune.errors import InputError, Problem
 from elastune.tracking.artifacts import as_text, best_config_yaml, flatten, pareto_png, trials_csv
 from elastune.tracking.encoding import TAG_MAX, mlflow_key, param_value, read_record, record_tags
-from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
 from elastune.tracking.uri import (
     artifact_location,
     check_server,
@@ -56,10 +63,14 @@ from elastune.tracking.uri import (
 __all__ = [
     "ARTIFACTS",
     "DEFAULT_EXPERIMENT",
+    "STALE_AFTER_BEATS",
+    "Heartbeat",
     "SweepTracker",
     "artifact_path",
+    "heartbeat_interval",
     "list_sweeps",
     "load_sweep",
+    "mark_interrupted",
     "mlflow_run_url",
     "resolve_tracking_uri",
 ]
@@ -73,10 +84,19 @@ for _name in ("alembic", "mlflow.store.db.utils", "mlflow.store.tracking.sqlalch
 
 _SWEEP_ID, _TRIAL_ID, _KIND, _STATUS = "elastune.sweep_id", "elastune.trial_id", "elastune.kind", "elastune.status"
 _JOB_ID, _NODE, _ERROR, _NUMBER = "elastune.job_id", "elastune.node", "elastune.error", "elastune.number"
+_SWEEP_STATUS = "elastune.sweep_status"  # a parent run's; a trial run's is elastune.status
+_BEAT, _BEAT_EVERY = "elastune.heartbeat", "elastune.heartbeat_s"
+STALE_AFTER_BEATS = 4  # missed beats before a running sweep reads back as stale
 _PARENT = "mlflow.parentRunId"  # the tag `mlflow ui` nests child runs under
 _SAFE_VALUE = re.compile(r"^[\w.:@+\-]+$")  # ids we can quote inside a search filter as they are
 
-_SWEEP_RUN_STATUS = {"running": "RUNNING", "finished": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+_SWEEP_RUN_STATUS = {
+    "running": "RUNNING",
+    "finished": "FINISHED",
+    "failed": "FAILED",
+    "interrupted": "KILLED",
+    "stale": "RUNNING",  # never written: what a running sweep without a recent beat reads back as
+}
 # An infeasible trial was screened out on purpose, not a failure; a pruned one was stopped by ASHA.
 _TRIAL_RUN_STATUS = {
     "ok": "FINISHED",
@@ -85,6 +105,7 @@ _TRIAL_RUN_STATUS = {
     "oom": "FAILED",
     "failed": "FAILED",
     "running": "RUNNING",
+    "interrupted": "KILLED",
 }
 _TRIAL_METRICS = (
     "samples_per_s",
@@ -136,6 +157,7 @@ class _RunState:
     run_id: str
     params: set[str] = field(default_factory=set)  # params are write-once in MLflow
     tags: set[str] = field(default_factory=set)
+    final: bool = False  # a trial run that ended on its own: never written again
 
 
 class SweepTracker:
@@ -188,6 +210,9 @@ class SweepTracker:
             self._children[parent] = self._load_children(parent)
         children = self._children[parent]
         run_id = children.get(trial.trial_id)
+        if run_id is None and trial.mlflow_run_id:  # logged by another tracker meanwhile (the sweep's callback)
+            children = self._children[parent] = self._load_children(parent)
+            run_id = children.get(trial.trial_id)
         existed = run_id is not None
         if run_id is None:
             run = self._client.create_run(
@@ -199,6 +224,8 @@ class SweepTracker:
             self._runs[run_id] = _RunState(run_id)
         state = self._runs[run_id]
         trial.mlflow_run_id = run_id
+        if state.final:  # a resumed or restarted driver reporting it again: the first word stands
+            return run_id
         params = {key: as_text(value) for key, value in flatten(trial.config).items()}
         params |= {f"search.{key}": as_text(value) for key, value in flatten(trial.params).items()}
         metrics = {name: float(getattr(trial, name)) for name in _TRIAL_METRICS if getattr(trial, name) is not None}
@@ -219,6 +246,7 @@ class SweepTracker:
                 self._client.update_run(run_id, status="RUNNING")
         else:
             self._client.set_terminated(run_id, status=_TRIAL_RUN_STATUS[trial.status])
+        state.final = trial.status in FINAL_TRIAL_STATUSES
         return run_id
 
     def update_sweep(self, record: SweepRecord) -> None:
@@ -276,7 +304,10 @@ class SweepTracker:
             trial_id = run.data.tags.get(_TRIAL_ID)
             if trial_id is not None and trial_id not in children:
                 children[trial_id] = run.info.run_id
-                self._runs[run.info.run_id] = _RunState(run.info.run_id, set(run.data.params), set(run.data.tags))
+                final = run.data.tags.get(_STATUS) in FINAL_TRIAL_STATUSES
+                self._runs[run.info.run_id] = _RunState(
+                    run.info.run_id, set(run.data.params), set(run.data.tags), final=final
+                )
         return children
 
     def _sweep_tags(self, record: SweepRecord) -> dict[str, str | None]:
@@ -284,7 +315,7 @@ class SweepTracker:
         return {
             _SWEEP_ID: record.sweep_id,
             _KIND: "sweep",
-            _STATUS: record.status,
+            _SWEEP_STATUS: record.status,
             _JOB_ID: record.job_id,
             **record_tags(fields),
         }
@@ -321,6 +352,62 @@ class SweepTracker:
 
 def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else round(seconds * 1000)
+
+
+def heartbeat_interval() -> float:
+    """Seconds between a driver's beats: ELASTUNE_HEARTBEAT_S, default 15, at least 0.2."""
+    raw = os.environ.get("ELASTUNE_HEARTBEAT_S", "15")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise InputError(str(Problem("ELASTUNE_HEARTBEAT_S", raw, "must be a number of seconds, e.g. 15"))) from None
+    if not 0.2 <= seconds <= 3600:
+        raise InputError(str(Problem("ELASTUNE_HEARTBEAT_S", raw, "must be between 0.2 and 3600 seconds")))
+    return seconds
+
+
+class Heartbeat:
+    """Beats on a sweep's parent run from a thread of its own (its own client), until stopped.
+
+    A beat that fails (a busy SQLite file, a server that blinked) is skipped: the next one comes
+    soon, and a sweep reads back as stale only after `STALE_AFTER_BEATS` missed beats in a row.
+    """
+
+    def __init__(self, tracking_uri: str, run_id: str, every_s: float | None = None) -> None:
+        self.every_s = heartbeat_interval() if every_s is None else every_s
+        self._client = _client(resolve_tracking_uri(tracking_uri))
+        self._run_id = run_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="elastune-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._beat()  # the first beat before anything else, so a reader never sees a running sweep without one
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._beat()
+
+    def _beat(self) -> None:
+        tags = [RunTag(_BEAT, f"{time.time():.3f}"), RunTag(_BEAT_EVERY, repr(self.every_s))]
+        try:
+            self._client.log_batch(self._run_id, tags=tags)
+        except Exception as exc:  # a missed beat is what the reader tolerates
+            logging.getLogger(__name__).debug("heartbeat skipped: %s", exc)
+
+
+def mark_interrupted(tracking_uri: str, run_id: str) -> None:
+    """The quick word that a sweep's driver is stopping: status interrupted, the run KILLED. It
+    comes first (`ray job stop` allows a driver 3 s before SIGKILL); the full record, artifacts
+    included, follows when the driver gets that far (`finish_sweep`)."""
+    client = _client(resolve_tracking_uri(tracking_uri))
+    client.set_tag(run_id, _SWEEP_STATUS, "interrupted")
+    client.set_terminated(run_id, status="KILLED")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,14 +531,30 @@ def _sweep_from_run(run: Run) -> SweepRecord:
         data = {
             "sweep_id": run.data.tags.get(_SWEEP_ID, run.info.run_id),
             "spec": {},
-            "status": run.data.tags.get(_STATUS, "running"),
+            "status": run.data.tags.get(_SWEEP_STATUS, run.data.tags.get(_STATUS, "running")),
             "job_id": run.data.tags.get(_JOB_ID),
             "started_at": run.info.start_time / 1000 if run.info.start_time else None,
             "ended_at": end / 1000 if end else None,
         }
     data["mlflow_run_id"] = run.info.run_id
     data.pop("trials", None)
+    if run.data.tags.get(_SWEEP_STATUS) == "interrupted":  # the quick mark, written before the full record
+        data["status"] = "interrupted"
+    beat, every = _number(run.data.tags.get(_BEAT)), _number(run.data.tags.get(_BEAT_EVERY)) or 15.0
+    if beat is not None:
+        data["heartbeat_at"] = beat
+        if data.get("status") == "running" and time.time() - beat > STALE_AFTER_BEATS * every:
+            data["status"] = "stale"
     return SweepRecord.from_dict(data)
+
+
+def _number(text: str | None) -> float | None:
+    """A finite float from a tag, else None (a tag is text anyone with the store could have set)."""
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _trial_from_run(run: Run) -> TrialRecord | None:

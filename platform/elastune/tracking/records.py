@@ -11,6 +11,12 @@ A trial's status:
 - pruned: ASHA stopped it early at a throughput rung (its figures are from the steps it ran).
 - failed: anything else went wrong (the error is kept).
 - running: not finished yet (only seen while a sweep is live).
+- interrupted: stopped with its sweep's driver (Ctrl-C, SIGTERM, `ray job stop`); a resume runs it
+  again from the start.
+
+A sweep's status: running (its driver beats), finished, failed, interrupted (its driver was
+stopped and said so), or stale: recorded as running but its driver stopped beating (killed, or
+its machine died), so it is resumable like an interrupted one.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-__all__ = ["SweepRecord", "SweepStatus", "TrialRecord", "TrialStatus", "pareto_front"]
+__all__ = ["FINAL_TRIAL_STATUSES", "SweepRecord", "SweepStatus", "TrialRecord", "TrialStatus", "pareto_front"]
 
-TrialStatus = Literal["ok", "infeasible", "oom", "pruned", "failed", "running"]
-SweepStatus = Literal["running", "finished", "failed", "interrupted"]
+TrialStatus = Literal["ok", "infeasible", "oom", "pruned", "failed", "running", "interrupted"]
+SweepStatus = Literal["running", "finished", "failed", "interrupted", "stale"]
+# A trial in one of these ended on its own: a resumed sweep never runs or logs it again.
+FINAL_TRIAL_STATUSES = frozenset({"ok", "infeasible", "oom", "pruned", "failed"})
 
 
 @dataclass
@@ -71,6 +79,8 @@ class SweepRecord:
     started_at: float | None = None  # unix seconds
     ended_at: float | None = None
     job_id: str | None = None  # Ray job id when run through `ray job submit`
+    ray_address: str | None = None  # the cluster it ran on (None: a local Ray it started); --resume reuses it
+    heartbeat_at: float | None = None  # unix seconds of the driver's last beat (running sweeps)
     mlflow_run_id: str | None = None
     trials: list[TrialRecord] = field(default_factory=list)
 
@@ -81,7 +91,7 @@ class SweepRecord:
 
     def counts(self) -> dict[str, int]:
         """Trials by status, every status present (zeros included), for progress lines and the UI."""
-        out = {status: 0 for status in ("ok", "infeasible", "oom", "pruned", "failed", "running")}
+        out = {status: 0 for status in ("ok", "infeasible", "oom", "pruned", "failed", "running", "interrupted")}
         for trial in self.trials:
             out[trial.status] += 1
         return out

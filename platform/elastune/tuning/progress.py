@@ -3,6 +3,11 @@
 
 It is pickled into Tune's experiment state (that is how `--resume` gets it back), so it holds only
 plain data; the MLflow client and the record are rebuilt in `setup()`.
+
+Two rules keep the record honest across stops and resumes: a trial recorded with a final status
+(ok, infeasible, oom, pruned, failed) is never recorded again, and once the driver is stopping
+(`STOPPING` holds the sweep's id) a trial that ends without its final report was interrupted,
+not pruned or failed, and the sweep stays recorded as interrupted.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ from typing import Any
 
 from ray.tune import Callback
 
-from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
 from elastune.tuning.trial import ESTIMATE_KEY
 from elastune.units import human_bytes
 
-__all__ = ["SweepCallback", "progress_line"]
+__all__ = ["STOPPING", "SweepCallback", "progress_line"]
 
 PRINT_EVERY_S = 15.0
+STOPPING: set[str] = set()  # ids of the sweeps whose driver was told to stop (a signal), in this process
 
 
 class SweepCallback(Callback):
@@ -53,11 +59,15 @@ class SweepCallback(Callback):
             base.trial_id, base.number, base.params, base.config, dict(trial.last_result or {})
         )
         done.estimated_peak_bytes = done.estimated_peak_bytes or base.estimated_peak_bytes
+        if self.sweep_id in STOPPING and done.status in {"pruned", "failed"}:
+            done.status, done.error = "interrupted", "stopped with the sweep's driver; a resume runs it again"
         self._save(done, announce=True)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         record = self._from_trial(trial, status="failed", metrics={})
         record.error = _error_text(trial)
+        if self.sweep_id in STOPPING:
+            record.status = "interrupted"
         self._save(record, announce=True)
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
@@ -86,6 +96,11 @@ class SweepCallback(Callback):
 
     def _save(self, trial: TrialRecord, announce: bool = False) -> None:
         record = self._ensure()
+        before = next((t for t in record.trials if t.trial_id == trial.trial_id), None)
+        if before is not None and before.status in FINAL_TRIAL_STATUSES:
+            return  # it ended before (a resumed sweep replaying it): the first word stands
+        if self.sweep_id in STOPPING:
+            record.status = "interrupted"
         record.trials = [t for t in record.trials if t.trial_id != trial.trial_id] + [trial]
         self._tracker.log_trial(record, trial)
         self._tracker.update_sweep(record)

@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from elastune.errors import ConfigError, InputError, Problem
+from elastune.errors import ConfigError, ElastuneError, InputError, Problem
 from elastune.tracking.records import SweepRecord, TrialRecord, TrialStatus
-from elastune.tuning.progress import SweepCallback
+from elastune.tuning.progress import STOPPING, SweepCallback
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
 
 __all__ = [
+    "Interruption",
+    "SweepInterrupted",
     "SweepOptions",
     "check_ceiling",
     "connect_ray",
@@ -55,7 +60,7 @@ def new_sweep_id(spec: SweepSpec) -> str:
 def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None = None) -> SweepRecord:
     from ray import tune
 
-    from elastune.tracking.mlflow import SweepTracker, load_sweep, resolve_tracking_uri
+    from elastune.tracking.mlflow import Heartbeat, SweepTracker, load_sweep, resolve_tracking_uri
     from elastune.tuning.trial import TrialContext, WorkerGroupReaper
 
     # -- preflight: every input problem before anything is launched or written
@@ -75,57 +80,190 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
             started_at=time.time(),
             job_id=ray_job_id(),
         )
+    echo = options.echo
+    if resume is not None and options.address is None and record.ray_address:
+        echo(f"resuming on the cluster the sweep ran on, {record.ray_address} (--address overrides)")
+        options = replace(options, address=record.ray_address)
     connect_ray(options)
-    concurrency = trial_concurrency(spec, options.echo)
+    record.ray_address = _cluster_address(options)
+    concurrency = trial_concurrency(spec, echo)
     if spec.uses_edo:
         from elastune.memory.broker import ensure_broker
 
         ensure_broker()  # trials register their devices; `elastune edo status` shows them meanwhile
+    # Tune saves its experiment state (what a resume restores) every few seconds instead of its
+    # default ten or more, so a stopped driver leaves less to redo; TrialContext.finished covers the rest.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
     tracker = SweepTracker(uri)
-    record.mlflow_run_id = tracker.start_sweep(record)
-    echo = options.echo
-    echo(
-        f"sweep {record.sweep_id}: {spec.budget.max_trials} proposals, {spec.budget.max_concurrent} at a time, "
-        f"ceiling {human_bytes(spec.constraints.memory_ceiling) if spec.constraints.memory_ceiling else 'none'}"
-    )
+    with Interruption(record.sweep_id, uri, echo) as stop:
+        record.mlflow_run_id = tracker.start_sweep(record)
+        stop.run_id = record.mlflow_run_id
+        with Heartbeat(uri, record.mlflow_run_id):
+            started = time.time()
+            echo(
+                f"sweep {record.sweep_id}: {spec.budget.max_trials} proposals, {spec.budget.max_concurrent} at a "
+                f"time, ceiling "
+                f"{human_bytes(spec.constraints.memory_ceiling) if spec.constraints.memory_ceiling else 'none'}"
+            )
 
-    # -- the reference: measured once per sweep, the bar for quality and the base of speed-ups
-    if not any(t.trial_id == "reference" for t in record.trials):
-        context = TrialContext(spec=record.spec)
-        reference = _run_reference(spec, record, _trainable(context), home, echo)
-        record.trials.append(reference)
-        tracker.log_trial(record, reference)
-        tracker.update_sweep(record)
+            # -- the reference: measured once per sweep, the bar for quality and the base of speed-ups
+            if not stop.signum and not any(t.trial_id == "reference" for t in record.trials):
+                context = TrialContext(spec=record.spec)
+                reference = _run_reference(spec, record, _trainable(context), home, echo)
+                if not stop.signum:  # a reference stopped half-way is measured again on resume
+                    record.trials.append(reference)
+                    tracker.log_trial(record, reference)
+                    tracker.update_sweep(record)
 
-    # -- the search: Optuna proposes, the estimator screens, the engine runs (a Ray Train worker
-    # group when a trial has several workers), ASHA prunes
-    context = TrialContext(
-        spec=record.spec,
-        reference_logloss=record.reference_logloss,
-        edo=spec.uses_edo,
-    )
-    trainable = _trainable(context)
-    callback = SweepCallback(record.sweep_id, uri, record.spec)
-    experiment = home / record.sweep_id
-    if resume is not None and tune.Tuner.can_restore(str(experiment)):
-        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=True)
-    else:
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=_tune_config(spec, record.sweep_id, concurrency),
-            run_config=tune.RunConfig(
-                name=record.sweep_id, storage_path=str(home), callbacks=[callback, WorkerGroupReaper()], verbose=0
-            ),
-        )
-    started = time.time()
-    tuner.fit()
+            # -- the search: Optuna proposes, the estimator screens, the engine runs (a Ray Train
+            # worker group when a trial has several workers), ASHA prunes
+            if not stop.signum:
+                context = TrialContext(
+                    spec=record.spec,
+                    reference_logloss=record.reference_logloss,
+                    edo=spec.uses_edo,
+                    finished=_finished_reports(record),
+                )
+                trainable = _trainable(context)
+                callback = SweepCallback(record.sweep_id, uri, record.spec)
+                experiment = home / record.sweep_id
+                if resume is not None and tune.Tuner.can_restore(str(experiment)):
+                    # Errored trials stay as they ended: a trial that finished, however, never runs again.
+                    tuner = tune.Tuner.restore(
+                        str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False
+                    )
+                else:
+                    tuner = tune.Tuner(
+                        trainable,
+                        tune_config=_tune_config(spec, record.sweep_id, concurrency),
+                        run_config=tune.RunConfig(
+                            name=record.sweep_id,
+                            storage_path=str(home),
+                            callbacks=[callback, WorkerGroupReaper()],
+                            verbose=0,
+                        ),
+                    )
+                tuner.fit()
 
-    # -- the record: read back from MLflow (the source of truth), finished, summarised
-    record = load_sweep(record.sweep_id, uri)
-    record.status, record.ended_at = "finished", time.time()
-    tracker.finish_sweep(record)
+        # -- the record: read back from MLflow (the source of truth), ended, summarised
+        stop.join()
+        record = load_sweep(record.sweep_id, uri)
+        record.ended_at = time.time()
+        if stop.signum:
+            record.status = "interrupted"
+            for trial in record.trials:
+                if trial.status == "running":
+                    trial.status, trial.error = "interrupted", "stopped with the sweep's driver; a resume runs it again"
+                    tracker.log_trial(record, trial)
+        else:
+            record.status = "finished"
+        tracker.finish_sweep(record)
+    if stop.signum:
+        raise SweepInterrupted(record, stop.signum, options.tracking_uri)
     echo(f"sweep {record.sweep_id} finished in {time.time() - started:.0f} s")
     return record
+
+
+def _finished_reports(record: SweepRecord) -> dict[str, dict[str, Any]]:
+    """What each trial that already ended reported last (see TrialContext.finished)."""
+    from elastune.tracking.records import FINAL_TRIAL_STATUSES
+    from elastune.tuning.trial import replayed_report
+
+    return {
+        t.trial_id: replayed_report(t, record.memory_ceiling_bytes, record.quality_tolerance, record.reference_logloss)
+        for t in record.trials
+        if t.status in FINAL_TRIAL_STATUSES and t.trial_id != "reference" and not t.trial_id.startswith("screened-")
+    }
+
+
+class SweepInterrupted(ElastuneError):
+    """The driver was stopped by a signal: the sweep is recorded as interrupted and can be resumed.
+    Exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would."""
+
+    label = "stopped"
+
+    def __init__(self, record: SweepRecord, signum: int, tracking_uri: str | None) -> None:
+        self.record = record
+        self.exit_code = 128 + signum
+        command = ["elastune", "sweep", "--resume", record.sweep_id]
+        if tracking_uri:
+            command += ["--tracking-uri", tracking_uri]
+        self.resume_command = shlex.join(command)
+        done = sum(1 for t in record.trials if t.status != "interrupted" and t.trial_id != "reference")
+        super().__init__(
+            f"sweep {record.sweep_id} interrupted by {signal.Signals(signum).name} after {done} trial(s); "
+            f"recorded as interrupted. Resume it with:\n  {self.resume_command}"
+        )
+
+
+class Interruption:
+    """SIGINT (Ctrl-C) and SIGTERM (`ray job stop`, `kill`) while a sweep runs.
+
+    The first signal is recorded (the sweep id joins `STOPPING`), the MLflow parent is marked
+    interrupted at once from a thread (`ray job stop` allows 3 s before SIGKILL), and Tune is asked
+    to stop the way its own Ctrl-C handler does (SIGUSR1: trials end, the experiment state is saved
+    for a resume). A second signal stops at once (KeyboardInterrupt). Handlers and Tune's SIGINT
+    setting are restored on exit.
+    """
+
+    def __init__(self, sweep_id: str, tracking_uri: str, echo: Callable[[str], None]) -> None:
+        self.sweep_id, self.tracking_uri, self.echo = sweep_id, tracking_uri, echo
+        self.signum: int | None = None
+        self.run_id: str | None = None  # set once the parent run exists
+        self._marker: threading.Thread | None = None
+        self._saved: dict[int, Any] = {}
+        self._tune_sigint: str | None = None
+
+    def __enter__(self) -> Interruption:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # signals reach the main thread only; an embedding caller handles them
+        # Tune would install its own SIGINT handler inside each fit (and swallow the signal): it
+        # hears it from this one instead, through SIGUSR1, which it always listens to in a fit.
+        self._tune_sigint = os.environ.get("TUNE_DISABLE_SIGINT_HANDLER")
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+            self._saved[signum] = signal.getsignal(signum)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # outside a fit, the forwarded signal is a no-op
+        signal.signal(signal.SIGINT, self._handle)
+        signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._saved.items():
+            signal.signal(signum, handler)
+        if self._saved:
+            if self._tune_sigint is None:
+                os.environ.pop("TUNE_DISABLE_SIGINT_HANDLER", None)
+            else:
+                os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = self._tune_sigint
+        STOPPING.discard(self.sweep_id)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt  # asked twice: stop now
+        self.signum = signum
+        STOPPING.add(self.sweep_id)
+        self.echo(
+            f"{signal.Signals(signum).name}: stopping sweep {self.sweep_id}, saving its state for a resume "
+            "(again to stop at once)"
+        )
+        if self.run_id is not None:
+            self._marker = threading.Thread(target=self._mark, name="elastune-interrupted", daemon=True)
+            self._marker.start()
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    def _mark(self) -> None:
+        from elastune.tracking.mlflow import mark_interrupted
+
+        assert self.run_id is not None
+        try:
+            mark_interrupted(self.tracking_uri, self.run_id)
+        except Exception as exc:  # the full record follows from the main thread
+            self.echo(f"could not mark the sweep interrupted yet ({exc}); the driver will when it ends")
+
+    def join(self) -> None:
+        if self._marker is not None:
+            self._marker.join(timeout=30)
 
 
 def _trainable(context: Any) -> Any:
@@ -336,6 +474,16 @@ def connect_ray(options: SweepOptions) -> None:
     )
 
 
+def _cluster_address(options: SweepOptions) -> str | None:
+    """The connected cluster's GCS address, kept with the sweep so `--resume` returns to it; None
+    for the local Ray a sweep starts itself (a resume starts a new one)."""
+    import ray
+
+    if not (options.address or os.environ.get("RAY_ADDRESS")):
+        return None
+    return str(ray.get_runtime_context().gcs_address)
+
+
 def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -> tuple[SweepSpec, SweepRecord]:
     from elastune.tracking.mlflow import load_sweep
 
@@ -351,5 +499,19 @@ def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -
             f"--resume {sweep_id}: no sweep state at {home / sweep_id}; resume on the machine that ran the "
             "driver, or set ELASTUNE_HOME to the folder that holds it"
         )
+    if record.status == "finished":
+        raise InputError(f"--resume {sweep_id}: the sweep finished; `elastune results {sweep_id}` shows it")
+    if (
+        record.status == "running" and record.heartbeat_at is not None
+    ):  # its driver still beats: two drivers would run every trial twice
+        from elastune.tracking.mlflow import STALE_AFTER_BEATS
+
+        age = time.time() - (record.heartbeat_at or time.time())
+        raise InputError(
+            f"--resume {sweep_id}: the sweep is still running (its driver beat {age:.0f} s ago"
+            f"{f', Ray job {record.job_id}' if record.job_id else ''}); stop it first (Ctrl-C, or `ray job stop`), "
+            f"or, if its driver is gone, retry once it shows as stale (after {STALE_AFTER_BEATS} missed beats)"
+        )
     record.status = "running"
+    record.job_id = ray_job_id() or record.job_id
     return stored, record

@@ -53,6 +53,7 @@ __all__ = [
     "WorkerGroupReaper",
     "final_metrics",
     "oom_metrics",
+    "replayed_report",
     "run_trial",
 ]
 
@@ -70,6 +71,10 @@ class TrialContext:
     spec: dict[str, Any]  # SweepSpec.model_dump(mode="json")
     reference_logloss: float | None = None
     edo: bool = False
+    # Resumed sweeps: trial id -> the last report of a trial that already ended. Tune's saved
+    # state can be older than the driver's last word (it is saved every few seconds), so it may
+    # start such a trial again; the trial then only repeats that report (nothing is trained).
+    finished: dict[str, dict[str, Any]] | None = None
 
 
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
@@ -80,6 +85,12 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     from elastune.training.loop import OutOfMemory, train
     from elastune.tuning.spec import SweepSpec
 
+    done = (context.finished or {}).get(tune.get_context().get_trial_id() or "")
+    if done is not None:
+        if done.get("status") == "failed":  # it failed before: fail the same way (Tune records an error)
+            raise RuntimeError(f"this trial already failed before the sweep was resumed: {done.get('error')}")
+        tune.report(done)
+        return
     spec = SweepSpec.model_validate(context.spec)
     cfg = spec.trial_config({k: v for k, v in config.items() if not k.startswith(META_PREFIX)})
     limits = _limits(cfg, spec, context)
@@ -402,13 +413,9 @@ def final_metrics(result: Any, loop_config: dict[str, Any]) -> dict[str, Any]:
     from elastune.tuning.search import CONSTRAINTS_ATTR
 
     ceiling, tolerance, ref = loop_config["ceiling"], loop_config["tolerance"], loop_config["reference_logloss"]
-    memory = (result.peak_memory_bytes - ceiling) / ceiling if ceiling else 0.0
-    quality = 0.0
-    quality_ok: bool | None = None
-    if tolerance is not None and ref:
-        allowed = ref * (1 + tolerance)
-        quality = (result.val_logloss - allowed) / allowed
-        quality_ok = result.val_logloss <= allowed
+    memory, quality, quality_ok = constraint_values(
+        result.peak_memory_bytes, result.val_logloss, ceiling, tolerance, ref
+    )
     over = ceiling is not None and result.peak_memory_bytes > ceiling
     return {
         FINAL_KEY: True,
@@ -428,6 +435,46 @@ def final_metrics(result: Any, loop_config: dict[str, Any]) -> dict[str, Any]:
         "node": _node_ip(),
         CONSTRAINTS_ATTR: {"memory": memory, "quality": quality},
     }
+
+
+def constraint_values(
+    peak: int, val_logloss: float, ceiling: int | None, tolerance: float | None, reference_logloss: float | None
+) -> tuple[float, float, bool | None]:
+    """Optuna's constraint values (<= 0 feasible) for memory and quality, and whether quality held."""
+    memory = (peak - ceiling) / ceiling if ceiling else 0.0
+    if tolerance is None or not reference_logloss:
+        return memory, 0.0, None
+    allowed = reference_logloss * (1 + tolerance)
+    return memory, (val_logloss - allowed) / allowed, val_logloss <= allowed
+
+
+def replayed_report(trial: Any, ceiling: int | None, tolerance: float | None, ref: float | None) -> dict[str, Any]:
+    """The last report of a trial that already ended, rebuilt from its record (see
+    TrialContext.finished): the same figures, so the searcher and ASHA hear what they heard."""
+    from elastune.tuning.search import CONSTRAINTS_ATTR
+
+    report = {
+        FINAL_KEY: trial.status != "pruned",  # a pruned trial never sent a final report
+        "status": trial.status,
+        "error": trial.error,
+        "step": trial.steps,
+        "progress_pct": 100 if trial.status != "pruned" else 99,
+        "samples_per_s": trial.samples_per_s,
+        "peak_memory_bytes": trial.peak_memory_bytes,
+        "peak_memory_kind": trial.peak_memory_kind,
+        "estimated_peak_bytes": trial.estimated_peak_bytes,
+        "val_logloss": trial.val_logloss,
+        "val_auc": trial.val_auc,
+        "oom_retries": trial.oom_retries,
+        "quality_ok": trial.quality_ok,
+        "node": trial.node,
+    }
+    if trial.peak_memory_bytes is not None and trial.val_logloss is not None:
+        memory, quality, _ = constraint_values(trial.peak_memory_bytes, trial.val_logloss, ceiling, tolerance, ref)
+        report[CONSTRAINTS_ATTR] = {"memory": memory, "quality": quality}
+    elif trial.status == "oom":
+        report[CONSTRAINTS_ATTR] = {"memory": 1.0, "quality": 0.0}
+    return {k: v for k, v in report.items() if v is not None}
 
 
 def oom_metrics(cfg: RunConfig, error: str) -> dict[str, Any]:
