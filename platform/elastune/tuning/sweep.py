@@ -2,8 +2,12 @@
 
 `run_sweep` reads top to bottom. The driver is the only MLflow writer: trials report to Tune, and
 `SweepCallback` (in the driver) turns each report into the trial's child run, so a SQLite store is
-enough on one machine. Resuming (`resume=SWEEP_ID`) restores Tune's experiment folder: finished
-trials are not run again, and MLflow logging is idempotent per trial, so no run is duplicated.
+enough on one machine. Resuming (`resume=SWEEP_ID`) restores Tune's experiment folder on the
+cluster the sweep ran on: finished trials are not run again (`TrialContext.finished`), and MLflow
+logging is idempotent per trial, so no run is duplicated.
+
+A sweep ends finished, or interrupted (SIGINT, SIGTERM, `ray job stop`: see `Interruption`). One
+whose driver died without a word (SIGKILL) stops beating (`Heartbeat`) and reads back as stale.
 """
 
 from __future__ import annotations
@@ -58,10 +62,9 @@ def new_sweep_id(spec: SweepSpec) -> str:
 
 
 def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None = None) -> SweepRecord:
-    from ray import tune
-
-    from elastune.tracking.mlflow import Heartbeat, SweepTracker, load_sweep, resolve_tracking_uri
-    from elastune.tuning.trial import TrialContext, WorkerGroupReaper
+    """Run (or resume) a sweep to its end and return its record; a SIGINT or SIGTERM ends it as
+    interrupted instead (recorded so, then `SweepInterrupted`, which says how to resume)."""
+    from elastune.tracking.mlflow import Heartbeat, SweepTracker, resolve_tracking_uri
 
     # -- preflight: every input problem before anything is launched or written
     uri = resolve_tracking_uri(options.tracking_uri)
@@ -95,72 +98,93 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     # default ten or more, so a stopped driver leaves less to redo; TrialContext.finished covers the rest.
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
     tracker = SweepTracker(uri)
+    started = time.time()
     with Interruption(record.sweep_id, uri, echo) as stop:
-        record.mlflow_run_id = tracker.start_sweep(record)
-        stop.run_id = record.mlflow_run_id
-        with Heartbeat(uri, record.mlflow_run_id):
-            started = time.time()
-            echo(
-                f"sweep {record.sweep_id}: {spec.budget.max_trials} proposals, {spec.budget.max_concurrent} at a "
-                f"time, ceiling "
-                f"{human_bytes(spec.constraints.memory_ceiling) if spec.constraints.memory_ceiling else 'none'}"
-            )
-
-            # -- the reference: measured once per sweep, the bar for quality and the base of speed-ups
-            if not stop.signum and not any(t.trial_id == "reference" for t in record.trials):
-                context = TrialContext(spec=record.spec)
-                reference = _run_reference(spec, record, _trainable(context), home, echo)
-                if not stop.signum:  # a reference stopped half-way is measured again on resume
-                    record.trials.append(reference)
-                    tracker.log_trial(record, reference)
-                    tracker.update_sweep(record)
-
-            # -- the search: Optuna proposes, the estimator screens, the engine runs (a Ray Train
-            # worker group when a trial has several workers), ASHA prunes
-            if not stop.signum:
-                context = TrialContext(
-                    spec=record.spec,
-                    reference_logloss=record.reference_logloss,
-                    edo=spec.uses_edo,
-                    finished=_finished_reports(record),
+        try:
+            record.mlflow_run_id = stop.run_id = tracker.start_sweep(record)
+            with Heartbeat(uri, record.mlflow_run_id):
+                echo(
+                    f"sweep {record.sweep_id}: {spec.budget.max_trials} proposals, {spec.budget.max_concurrent} "
+                    f"at a time, ceiling "
+                    f"{human_bytes(spec.constraints.memory_ceiling) if spec.constraints.memory_ceiling else 'none'}"
                 )
-                trainable = _trainable(context)
-                callback = SweepCallback(record.sweep_id, uri, record.spec)
-                experiment = home / record.sweep_id
-                if resume is not None and tune.Tuner.can_restore(str(experiment)):
-                    # Errored trials stay as they ended: a trial that finished, however, never runs again.
-                    tuner = tune.Tuner.restore(
-                        str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False
-                    )
-                else:
-                    tuner = tune.Tuner(
-                        trainable,
-                        tune_config=_tune_config(spec, record.sweep_id, concurrency),
-                        run_config=tune.RunConfig(
-                            name=record.sweep_id,
-                            storage_path=str(home),
-                            callbacks=[callback, WorkerGroupReaper()],
-                            verbose=0,
-                        ),
-                    )
-                tuner.fit()
-
-        # -- the record: read back from MLflow (the source of truth), ended, summarised
-        stop.join()
-        record = load_sweep(record.sweep_id, uri)
-        record.ended_at = time.time()
-        if stop.signum:
-            record.status = "interrupted"
-            for trial in record.trials:
-                if trial.status == "running":
-                    trial.status, trial.error = "interrupted", "stopped with the sweep's driver; a resume runs it again"
-                    tracker.log_trial(record, trial)
-        else:
-            record.status = "finished"
-        tracker.finish_sweep(record)
+                _measure_reference(spec, record, tracker, home, stop, echo)
+                if not stop.signum:
+                    _search(spec, record, uri, home, concurrency, resumed=resume is not None)
+        except Exception:
+            if not stop.signum:
+                raise
+            # Stopping can break what was under way (a trial's actor killed mid-call): the
+            # signal, not this, is what ended the sweep.
+        if record.mlflow_run_id is None:  # stopped before anything was recorded: nothing to resume
+            raise SweepInterrupted(record, stop.signum or signal.SIGTERM, None, recorded=False)
+        record = _end_record(record.sweep_id, uri, tracker, interrupted=bool(stop.signum), join=stop.join)
     if stop.signum:
         raise SweepInterrupted(record, stop.signum, options.tracking_uri)
     echo(f"sweep {record.sweep_id} finished in {time.time() - started:.0f} s")
+    return record
+
+
+def _measure_reference(
+    spec: SweepSpec, record: SweepRecord, tracker: Any, home: Path, stop: Interruption, echo: Callable[[str], None]
+) -> None:
+    """The reference: measured once per sweep (a resume keeps it), the bar for quality and the
+    base of speed-ups. One stopped half-way is not recorded: a resume measures it again."""
+    from elastune.tuning.trial import TrialContext
+
+    if stop.signum or any(t.trial_id == "reference" for t in record.trials):
+        return
+    reference = _run_reference(spec, record, _trainable(TrialContext(spec=record.spec)), home, echo)
+    if not stop.signum:
+        record.trials.append(reference)
+        tracker.log_trial(record, reference)
+        tracker.update_sweep(record)
+
+
+def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurrency: int, resumed: bool) -> None:
+    """The search: Optuna proposes, the estimator screens, the engine runs (a Ray Train worker
+    group when a trial has several workers), ASHA prunes; `SweepCallback` records each trial."""
+    from ray import tune
+
+    from elastune.tuning.trial import TrialContext, WorkerGroupReaper
+
+    context = TrialContext(
+        spec=record.spec,
+        reference_logloss=record.reference_logloss,
+        edo=spec.uses_edo,
+        finished=_finished_reports(record),
+    )
+    trainable = _trainable(context)
+    experiment = home / record.sweep_id
+    if resumed and tune.Tuner.can_restore(str(experiment)):
+        # Errored trials stay as they ended; one that finished never runs again (TrialContext.finished).
+        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False)
+    else:
+        callback = SweepCallback(record.sweep_id, uri, record.spec)
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=_tune_config(spec, record.sweep_id, concurrency),
+            run_config=tune.RunConfig(
+                name=record.sweep_id, storage_path=str(home), callbacks=[callback, WorkerGroupReaper()], verbose=0
+            ),
+        )
+    tuner.fit()
+
+
+def _end_record(sweep_id: str, uri: str, tracker: Any, interrupted: bool, join: Callable[[], None]) -> SweepRecord:
+    """Read the sweep back from MLflow (the source of truth) and end it: finished, or interrupted
+    with its unfinished trials marked so (a resume runs them again). Artifacts either way."""
+    from elastune.tracking.mlflow import load_sweep
+
+    join()  # the quick interrupted mark, if one is on its way, lands first
+    record = load_sweep(sweep_id, uri)
+    record.ended_at = time.time()
+    record.status = "interrupted" if interrupted else "finished"
+    for trial in record.trials:
+        if interrupted and trial.status == "running":
+            trial.status, trial.error = "interrupted", "stopped with the sweep's driver; a resume runs it again"
+            tracker.log_trial(record, trial)
+    tracker.finish_sweep(record)
     return record
 
 
@@ -182,7 +206,7 @@ class SweepInterrupted(ElastuneError):
 
     label = "stopped"
 
-    def __init__(self, record: SweepRecord, signum: int, tracking_uri: str | None) -> None:
+    def __init__(self, record: SweepRecord, signum: int, tracking_uri: str | None, recorded: bool = True) -> None:
         self.record = record
         self.exit_code = 128 + signum
         command = ["elastune", "sweep", "--resume", record.sweep_id]
@@ -190,6 +214,9 @@ class SweepInterrupted(ElastuneError):
             command += ["--tracking-uri", tracking_uri]
         self.resume_command = shlex.join(command)
         done = sum(1 for t in record.trials if t.status != "interrupted" and t.trial_id != "reference")
+        if not recorded:
+            super().__init__(f"stopped by {signal.Signals(signum).name} before the sweep was recorded; nothing ran")
+            return
         super().__init__(
             f"sweep {record.sweep_id} interrupted by {signal.Signals(signum).name} after {done} trial(s); "
             f"recorded as interrupted. Resume it with:\n  {self.resume_command}"
@@ -199,11 +226,12 @@ class SweepInterrupted(ElastuneError):
 class Interruption:
     """SIGINT (Ctrl-C) and SIGTERM (`ray job stop`, `kill`) while a sweep runs.
 
-    The first signal is recorded (the sweep id joins `STOPPING`), the MLflow parent is marked
-    interrupted at once from a thread (`ray job stop` allows 3 s before SIGKILL), and Tune is asked
-    to stop the way its own Ctrl-C handler does (SIGUSR1: trials end, the experiment state is saved
-    for a resume). A second signal stops at once (KeyboardInterrupt). Handlers and Tune's SIGINT
-    setting are restored on exit.
+    The first signal is recorded (the sweep id joins `STOPPING`) and the MLflow parent is marked
+    interrupted at once, from a thread: `ray job stop` allows a driver 3 s before SIGKILL, so the
+    word must not wait for the rest. Then Tune is asked to stop the way its own Ctrl-C handler
+    does (SIGUSR1: trials end, the experiment state is saved for the resume), and the driver
+    records the rest (`_end_record`). A second signal stops at once (KeyboardInterrupt). Handlers
+    and Tune's SIGINT setting are restored on exit.
     """
 
     def __init__(self, sweep_id: str, tracking_uri: str, echo: Callable[[str], None]) -> None:
