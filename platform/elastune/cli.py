@@ -5,7 +5,6 @@ Exit codes: 0 ok, 1 runtime failure, 2 invalid input (nothing launched, written 
 
 from __future__ import annotations
 
-import json
 import secrets
 import sys
 import time
@@ -20,6 +19,7 @@ from rich.table import Table
 
 from elastune.config import RunConfig, load_run_config
 from elastune.errors import ElastuneError, InputError
+from elastune.jsonout import dumps
 from elastune.units import human_bytes
 
 __all__ = ["app", "main"]
@@ -99,7 +99,7 @@ def train(
 
     result = run_training(cfg, on_progress=show)
     if format is Format.json:
-        print(json.dumps(_result_dict(result), indent=2))
+        print(dumps(_result_dict(result)))
         return
     table = Table(title="elastune train", show_header=False)
     for label, value in _summary_rows(result):
@@ -124,7 +124,7 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
             "seconds": est.seconds,
             "config": cfg.to_dict(),
         }
-        print(json.dumps(payload, indent=2))
+        print(dumps(payload))
         return
     table = Table(title=f"elastune estimate ({est.kind}, {est.seconds:.2f} s)")
     table.add_column("part")
@@ -185,7 +185,7 @@ def sweep(
             _print_summary(stopped.record)
         raise
     if format is Format.json:
-        print(json.dumps(results_json(record), indent=2))
+        print(dumps(results_json(record)))
     else:
         _print_summary(record)
 
@@ -202,7 +202,7 @@ def results(
 
     record = load_sweep(sweep_id, tracking_uri)
     if format is Format.json:
-        print(json.dumps(results_json(record), indent=2))
+        print(dumps(results_json(record)))
     else:
         _print_summary(record)
 
@@ -255,7 +255,7 @@ def _best_config_file(sweep_id: str, tracking_uri: str | None) -> Path:
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the JSON schema of a run config."""
-    print(json.dumps(RunConfig.model_json_schema(), indent=2))
+    print(dumps(RunConfig.model_json_schema()))
 
 
 @config_app.command("show")
@@ -265,7 +265,7 @@ def config_show(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt
 
     cfg = load_run_config(config, set_ or [])
     if format is Format.json:
-        print(json.dumps(cfg.to_dict(), indent=2))
+        print(dumps(cfg.to_dict()))
     else:
         print(yaml.safe_dump(cfg.to_dict(), sort_keys=False), end="")
 

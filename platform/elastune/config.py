@@ -36,9 +36,16 @@ __all__ = [
 ]
 
 
+# Every number has finite bounds (and no NaN or infinity): a config may come from a remote client
+# (the web UI), and a 400-digit step count would otherwise start a run that never ends.
+MAX_SEED = 2**32 - 1
+MAX_STEPS = 10**9
+MAX_ROWS = 2**40  # rows of one table, a cache or a bucket count: far beyond any device
+
+
 class _Section(BaseModel):
     # extra="forbid" is what turns a typo into a "did you mean" instead of a silent default.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class DataConfig(_Section):
@@ -50,7 +57,7 @@ class DataConfig(_Section):
     )
     zipf_alpha: float = Field(1.15, gt=0, le=5, description="Skew of the synthetic id stream.")
     pooling: int = Field(1, ge=1, le=64, description="Ids per bag (multi-hot) in synthetic data.")
-    seed: int = Field(0, ge=0, description="Seed of the synthetic stream and its hidden teacher.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the synthetic stream and its hidden teacher.")
     path: Path | None = Field(None, description="Training file for criteo_tsv / parquet.")
     eval_path: Path | None = Field(
         None, description="Held-out file; without it the first eval.samples rows of path are held out."
@@ -60,9 +67,14 @@ class DataConfig(_Section):
     @field_validator("path", "eval_path")
     @classmethod
     def _must_exist(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.expanduser().is_file():
+        if value is None:
+            return None
+        path = value.expanduser()
+        if path.is_dir():
+            raise ValueError("is a directory; give the path to a data file in it")
+        if not path.is_file():
             raise ValueError("file does not exist; give the path to an existing data file")
-        return value.expanduser() if value is not None else None
+        return path
 
     @model_validator(mode="after")
     def _files_need_a_path(self) -> DataConfig:
@@ -78,18 +90,20 @@ class ModelConfig(_Section):
 
     embedding_dim: int = Field(16, ge=2, le=1024)
     bottom_mlp: list[int] = Field(
-        default_factory=lambda: [64, 32], description="Hidden widths; a last layer maps to embedding_dim."
+        default_factory=lambda: [64, 32],
+        max_length=16,
+        description="Hidden widths; a last layer maps to embedding_dim.",
     )
     top_mlp: list[int] = Field(
-        default_factory=lambda: [64, 32], description="Hidden widths; a last layer maps to 1 logit."
+        default_factory=lambda: [64, 32], max_length=16, description="Hidden widths; a last layer maps to 1 logit."
     )
 
     @field_validator("bottom_mlp", "top_mlp")
     @classmethod
     def _positive_widths(cls, widths: list[int]) -> list[int]:
-        bad = [w for w in widths if w < 1]
+        bad = [w for w in widths if not 1 <= w <= 65536]
         if bad:
-            raise ValueError(f"layer widths must be >= 1, got {bad}")
+            raise ValueError(f"layer widths must be between 1 and 65536, got {bad}")
         return widths
 
 
@@ -111,22 +125,23 @@ class EmbeddingConfig(_Section):
         "decreasing dim) | shared (feature groups share a table) | cached (hot rows on device over host)",
     )
     dtype: Literal["fp16", "bf16"] = Field("fp16", description="half: the storage dtype.")
-    buckets: int | None = Field(None, ge=1, description="hashed / qr / shared: rows per table (a cap).")
+    buckets: int | None = Field(None, ge=1, le=MAX_ROWS, description="hashed / qr / shared: rows per table (a cap).")
     compression: float | None = Field(
         None,
         ge=1,
+        le=1e12,
         description="hashed / qr / shared: rows per table = ceil(rows / compression) (default 4 for hashed "
         "and qr: for qr it sets the remainder table's rows; shared is uncapped by default).",
     )
     num_hashes: int = Field(2, ge=1, le=8, description="hashed: hash functions per id, summed.")
     qr_combine: Literal["mult", "add", "concat"] = Field("mult", description="qr: how the two rows combine.")
     mixed_blocks: int = Field(4, ge=1, le=8, description="mixed_dim: frequency blocks per table.")
-    mixed_min_dim: int = Field(2, ge=1, description="mixed_dim: smallest block dimension.")
+    mixed_min_dim: int = Field(2, ge=1, le=1024, description="mixed_dim: smallest block dimension.")
     groups: list[list[int]] | None = Field(
         None,
         description="shared: feature indices (0-25) per shared table; default: features of similar size are paired.",
     )
-    cache_rows: int | None = Field(None, ge=1, description="cached: rows held on the device.")
+    cache_rows: int | None = Field(None, ge=1, le=MAX_ROWS, description="cached: rows held on the device.")
     cache_ratio: float | None = Field(
         None, gt=0, le=1, description="cached: rows held on the device, as a share of all rows (default 0.1)."
     )
@@ -212,9 +227,9 @@ class BatchConfig(_Section):
 
 
 class EvalConfig(_Section):
-    samples: int = Field(65536, ge=256, description="Held-out samples for log loss and AUC.")
+    samples: int = Field(65536, ge=256, le=2**31, description="Held-out samples for log loss and AUC.")
     batch: int | None = Field(
-        None, ge=1, description="Eval batch; default the micro-batch, so eval never outgrows training."
+        None, ge=1, le=1 << 22, description="Eval batch; default the micro-batch, so eval never outgrows training."
     )
 
 
@@ -230,7 +245,7 @@ class CheckpointConfig(_Section):
         "an elastune checkpoint (empty files excepted), is refused, never overwritten. Read as tensors and "
         "plain data only (torch.load weights_only=True): a file holding a pickled object is refused unrun.",
     )
-    every: int = Field(0, ge=0, description="Write every N optimizer steps; 0 = only at the end.")
+    every: int = Field(0, ge=0, le=MAX_STEPS, description="Write every N optimizer steps; 0 = only at the end.")
     resume: bool = Field(
         False,
         description="Start from checkpoint.path if that file exists: it must be an elastune checkpoint of "
@@ -252,11 +267,11 @@ class RunConfig(_Section):
     """One training run: workload, data, model, embedding strategy, optimizer, precision, batch."""
 
     workload: Literal["dlrm"] = "dlrm"
-    seed: int = Field(0, ge=0, description="Seed for model init and anything random in training.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for model init and anything random in training.")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    steps: int = Field(300, ge=1, description="Optimizer steps, warm-up included.")
-    warmup_steps: int = Field(20, ge=0, description="Steps left out of the throughput figure.")
+    steps: int = Field(300, ge=1, le=MAX_STEPS, description="Optimizer steps, warm-up included.")
+    warmup_steps: int = Field(20, ge=0, le=MAX_STEPS, description="Steps left out of the throughput figure.")
     data: DataConfig = Field(default_factory=lambda: DataConfig())
     model: ModelConfig = Field(default_factory=lambda: ModelConfig())
     embedding: EmbeddingConfig = Field(default_factory=lambda: EmbeddingConfig())
@@ -331,7 +346,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             continue
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError):  # ValueError: an int past Python's 4300-digit limit
             value = raw  # not YAML: keep the text and let validation say what it should be
         _set_path(nested, key.split("."), value)
     if problems:

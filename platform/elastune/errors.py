@@ -42,7 +42,12 @@ class Problem:
 def _show(value: object) -> str | None:
     if value is _MISSING:
         return None
+    if isinstance(value, int) and value.bit_length() > 128:  # str() of a huge int is slow, or refused
+        return f"<a {value.bit_length()}-bit number>"
     text = repr(value) if isinstance(value, str) else str(value)
+    digits = text.strip("'\"+-")
+    if len(digits) > 40 and digits.isascii() and digits.isdigit():  # a runaway number: its size says enough
+        return f"{text[:12]}...({len(digits)} digits)"
     # Long enough for a file path, which the user must see whole; cut only runaway values.
     return text if len(text) <= 300 else text[:297] + "..."
 

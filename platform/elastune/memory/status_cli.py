@@ -6,7 +6,6 @@ starts one), reads `broker.read_status()`, prints, disconnects.
 
 from __future__ import annotations
 
-import json
 import logging
 from enum import Enum
 from typing import Annotated, Any
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from elastune.errors import ElastuneError, InputError
+from elastune.jsonout import dumps
 from elastune.units import human_bytes
 
 __all__ = ["edo_app"]
@@ -46,7 +46,7 @@ def status(
         print(NO_BROKER)
         return
     if format is _Format.json:
-        print(json.dumps(report, indent=2))
+        print(dumps(report))
         return
     console = Console()
     for device in report["devices"]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -39,7 +40,7 @@ from elastune.config import (
     read_yaml_mapping,
 )
 from elastune.errors import MISSING, ConfigError, Problem
-from elastune.units import parse_bytes
+from elastune.units import MAX_BYTES, parse_bytes
 
 __all__ = [
     "Budget",
@@ -58,7 +59,11 @@ __all__ = [
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Finite numbers only, each bounded (below): a spec may come from a remote client (the web UI).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+_BIG = 10**12  # a bound for a searched int or float: finite, far beyond any real range
 
 
 class _Param(_Section):
@@ -69,23 +74,23 @@ class _Param(_Section):
 
 class ChoiceParam(_Param):
     type: Literal["choice"]
-    values: list[Any] = Field(min_length=1, description="The candidates, tried as given.")
+    values: list[Any] = Field(min_length=1, max_length=1000, description="The candidates, tried as given.")
 
 
 class IntParam(_Param):
     type: Literal["int"]
-    low: int
-    high: int
+    low: int = Field(ge=-_BIG, le=_BIG)
+    high: int = Field(ge=-_BIG, le=_BIG)
     log: bool = False
-    step: int = Field(1, ge=1)
+    step: int = Field(1, ge=1, le=_BIG)
 
 
 class FloatParam(_Param):
     type: Literal["float"]
-    low: float
-    high: float
+    low: float = Field(ge=-_BIG, le=_BIG)
+    high: float = Field(ge=-_BIG, le=_BIG)
     log: bool = False
-    step: float | None = Field(None, gt=0)
+    step: float | None = Field(None, gt=0, le=_BIG)
 
 
 Parameter = Annotated[ChoiceParam | IntParam | FloatParam, Field(discriminator="type")]
@@ -100,7 +105,10 @@ class Objective(_Section):
 
 class Constraints(_Section):
     memory_ceiling: int | None = Field(
-        None, description="Peak memory a trial may use (512MiB, 2GiB, 1.5GB or bytes); none = no ceiling."
+        None,
+        ge=1,
+        le=MAX_BYTES,
+        description="Peak memory a trial may use (512MiB, 2GiB, 1.5GB or bytes); none = no ceiling.",
     )
     quality_tolerance: float | None = Field(
         0.02, ge=0, le=1, description="Eval log loss at most this fraction above the reference's; none = off."
@@ -109,7 +117,10 @@ class Constraints(_Section):
         default_factory=dict, description="Dotted overrides of `base` that make the reference config."
     )
     effective_batch: int | None = Field(
-        None, ge=1, description="Fix micro x accum to this; only splits of it are searched (accum is derived)."
+        None,
+        ge=1,
+        le=1 << 30,
+        description="Fix micro x accum to this; only splits of it are searched (accum is derived).",
     )
 
     @field_validator("memory_ceiling", mode="before")
@@ -121,16 +132,20 @@ class Constraints(_Section):
 class Budget(_Section):
     max_trials: int = Field(12, ge=1, le=10_000, description="Proposals, screened-out ones included.")
     max_concurrent: int = Field(2, ge=1, le=1024, description="Trials running at once.")
-    trial_steps: int | None = Field(None, ge=2, description="Optimizer steps per trial (or give trial_samples).")
-    trial_samples: int | None = Field(
-        None, ge=1, description="Training samples per trial; default base.steps x base's effective batch."
+    trial_steps: int | None = Field(
+        None, ge=2, le=10**9, description="Optimizer steps per trial (or give trial_samples)."
     )
-    time_limit_s: float | None = Field(None, gt=0, description="Stop launching after this many seconds.")
+    trial_samples: int | None = Field(
+        None, ge=1, le=10**15, description="Training samples per trial; default base.steps x base's effective batch."
+    )
+    time_limit_s: float | None = Field(
+        None, gt=0, le=365 * 86400, description="Stop launching after this many seconds."
+    )
 
 
 class Search(_Section):
     algorithm: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
     scheduler: Literal["asha", "none"] = Field("asha", description="asha stops slow trials at throughput rungs.")
     grace_fraction: float = Field(
         0.3, gt=0, le=1, description="asha: share of a trial's steps before it can be stopped."
@@ -142,9 +157,9 @@ class Resources(_Section):
     """What one trial runs on. The CPU and GPU figures are per worker: a trial of N workers takes
     N x cpus_per_trial CPUs and N x gpus_per_trial GPUs (tuning/trial.py)."""
 
-    cpus_per_trial: float = Field(1.0, gt=0, description="CPUs per worker of a trial.")
+    cpus_per_trial: float = Field(1.0, gt=0, le=1024, description="CPUs per worker of a trial.")
     gpus_per_trial: float = Field(
-        0.0, ge=0, description="GPUs per worker; below 1 shares a GPU (one worker per trial only)."
+        0.0, ge=0, le=64, description="GPUs per worker; below 1 shares a GPU (one worker per trial only)."
     )
     workers_per_trial: int = Field(
         1,
@@ -162,13 +177,17 @@ class EdoSettings(_Section):
     mode: Literal["auto", "on", "off"] = Field("auto", description="auto: on when gpus_per_trial is below 1.")
     virtual_capacity: int | None = Field(
         None,
+        ge=1,
+        le=MAX_BYTES,
         description="On CPUs, the capacity of each node's virtual device (e.g. 2GiB); "
         "default: the memory ceiling x max_concurrent. GPUs report their own capacity.",
     )
     reserve: int = Field(
-        0, ge=0, description="Bytes of each device never granted (CUDA contexts live outside the grants)."
+        0, ge=0, le=MAX_BYTES, description="Bytes of each device never granted (CUDA contexts live outside the grants)."
     )
-    acquire_timeout_s: float = Field(300.0, gt=0, description="How long a trial waits for its first grant.")
+    acquire_timeout_s: float = Field(
+        300.0, gt=0, le=7 * 86400, description="How long a trial waits for its first grant."
+    )
 
     @field_validator("virtual_capacity", "reserve", mode="before")
     @classmethod
@@ -176,8 +195,15 @@ class EdoSettings(_Section):
         return value if value is None or value == 0 else parse_bytes(value)
 
 
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
+
+
 class SweepSpec(_Section):
-    name: str = Field("sweep", min_length=1, max_length=100)
+    name: str = Field(
+        "sweep",
+        description="Names the sweep (its id is NAME-DATE-TIME-HEX) and its state folder: letters, digits, "
+        "'_', '.', '-', starting with a letter or digit, at most 64 characters.",
+    )
     description: str = ""
     base: dict[str, Any] = Field(default_factory=dict, description="A RunConfig (partial) the parameters vary.")
     parameters: dict[str, Parameter] = Field(min_length=1)
@@ -187,6 +213,17 @@ class SweepSpec(_Section):
     search: Search = Field(default_factory=lambda: Search())
     resources: Resources = Field(default_factory=lambda: Resources())
     edo: EdoSettings = Field(default_factory=lambda: EdoSettings())
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_an_identifier(cls, value: str) -> str:
+        # The name becomes a folder under $ELASTUNE_HOME/sweeps: '../x' or '/x' would write elsewhere.
+        if not _NAME.fullmatch(value):
+            raise ValueError(
+                "must be letters, digits, '_', '.' or '-', starting with a letter or digit, at most 64 "
+                "characters (it names the sweep's folder), e.g. dlrm_quick"
+            )
+        return value
 
     # -- derived: how one proposal becomes a RunConfig
 

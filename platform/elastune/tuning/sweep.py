@@ -13,6 +13,7 @@ whose driver died without a word (SIGKILL) stops beating (`Heartbeat`) and reads
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -51,6 +52,10 @@ class SweepOptions:
     echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
     local_cpus: int | None = None  # CPUs of the local Ray started when there is no cluster
     local_gpus: int | None = None
+
+
+# What new_sweep_id makes of a valid spec name; a sweep id also names its state folder.
+_SWEEP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
 
 
 def sweeps_home() -> Path:
@@ -515,6 +520,18 @@ def _cluster_address(options: SweepOptions) -> str | None:
 def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -> tuple[SweepSpec, SweepRecord]:
     from elastune.tracking.mlflow import load_sweep
 
+    state = home / sweep_id
+    if not _SWEEP_ID.fullmatch(sweep_id) or not state.resolve().is_relative_to(home):
+        raise InputError(
+            str(
+                Problem(
+                    "--resume",
+                    sweep_id,
+                    "is not a sweep id (letters, digits, '_', '.', '-'; e.g. dlrm_quick-20261124-101500-ab12); "
+                    "`elastune results` lists the sweeps",
+                )
+            )
+        )
     record = load_sweep(sweep_id, uri)
     stored = SweepSpec.model_validate(record.spec)
     if spec is not None and spec.model_dump(mode="json") != record.spec:
