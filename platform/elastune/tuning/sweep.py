@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ray.exceptions import AuthenticationError
+
 from elastune.errors import ConfigError, ElastuneError, InputError, Problem
 from elastune.tracking.records import SweepRecord, TrialRecord, TrialStatus
 from elastune.tuning.progress import STOPPING, SweepCallback
@@ -36,6 +38,7 @@ __all__ = [
     "SweepInterrupted",
     "SweepOptions",
     "check_ceiling",
+    "check_cluster",
     "connect_ray",
     "new_sweep_id",
     "run_sweep",
@@ -487,6 +490,7 @@ def connect_ray(options: SweepOptions) -> None:
         return
     address = options.address or os.environ.get("RAY_ADDRESS")
     if address:
+        check_cluster(address)
         try:
             ray.init(address=address, log_to_driver=False)
         except ConnectionError as exc:
@@ -494,6 +498,8 @@ def connect_ray(options: SweepOptions) -> None:
                 f"--address={address!r}: no Ray cluster answers there ({exc}); start one with "
                 "`ray start --head` or leave --address out for a local Ray"
             ) from None
+        except AuthenticationError as exc:
+            raise InputError(_auth_problem(address, exc)) from None
         return
     # The embedded default: a new local Ray on loopback only ("local": never attach to a cluster
     # someone else started on this machine with `ray start`).
@@ -504,6 +510,47 @@ def connect_ray(options: SweepOptions) -> None:
         _node_ip_address="127.0.0.1",
         include_dashboard=False,
         log_to_driver=False,
+    )
+
+
+def check_cluster(address: str) -> None:
+    """Say at once what `ray.init` would take 20-40 s of retries to say: nothing listens at a
+    HOST:PORT address, or the cluster there wants Ray's token and this client has none (or another).
+    Other address forms (auto, ray://, a dashboard URL) are left to Ray."""
+    import socket
+
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # Ray has no public probe
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except OSError as exc:
+        raise InputError(
+            f"--address={address!r}: nothing answers there ({exc.strerror or exc}); give the head's GCS address "
+            "(HOST:6379 by default, `ray status` on the head shows it), or leave --address out for a local Ray"
+        ) from None
+    try:
+        GcsClient(address=address)  # a cluster with token auth refuses it at once
+    except AuthenticationError as exc:
+        raise InputError(_auth_problem(address, exc)) from None
+    except Exception:  # anything else: ray.init says it in its own words
+        return
+
+
+def _auth_problem(address: str, exc: Exception) -> str:
+    mode = os.environ.get("RAY_AUTH_MODE", "disabled")
+    which = (
+        "this client has token authentication off (RAY_AUTH_MODE is not 'token')"
+        if mode != "token"
+        else "the token this client sent is not the cluster's"
+    )
+    return (
+        f"--address={address!r}: the Ray cluster there requires token authentication and {which}; "
+        "`export RAY_AUTH_MODE=token` and give the cluster's token: the head's ~/.ray/auth_token copied to "
+        "this machine's ~/.ray/auth_token, or RAY_AUTH_TOKEN_PATH=FILE, or RAY_AUTH_TOKEN "
+        f"(`ray get-auth-token` on the head prints it) [Ray: {str(exc).split('.')[0]}]"
     )
 
 
