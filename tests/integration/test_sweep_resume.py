@@ -101,6 +101,14 @@ def test_a_stopped_driver_records_the_sweep_as_interrupted(
     stopped = [t for t in record.trials if t.status == "interrupted"]
     if when == "the reference runs":  # a reference stopped half-way is not recorded: the resume measures it
         assert record.trials == []
+        resumed = subprocess.run(
+            [*COMMAND, "--resume", sweep_id, "--tracking-uri", uri], cwd=tmp_path, env=_env(tmp_path),
+            capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        record = load_sweep(sweep_id, uri)
+        assert record.status == "finished" and [t.trial_id for t in record.trials].count("reference") == 1
+        assert {t.status for t in record.trials} == {"ok"} and len(record.trials) == 3
     else:
         assert stopped and {t.status for t in record.trials} <= {"ok", "interrupted"}
     for run in _trial_runs(uri, sweep_id):
@@ -125,8 +133,6 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
     try:
         # Polled once a second: a read of the store costs ~50 ms of CPU the driver and trials need.
         wait_until(lambda: driver.poll() is not None or _store_ready(log), 300, "the driver to open the store", 1.0)
-        wait_until(lambda: driver.poll() is not None or finished_trials(), 300, "a finished trial", 1.0)
-        assert driver.poll() is None, log.read_text()[-3000:]
         sweep_id = list_sweeps(uri)[0].sweep_id
         # Two drivers of one sweep would run every trial twice: a resume is refused while this one beats.
         live = subprocess.run(
@@ -134,6 +140,8 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert live.returncode == 2 and "still running" in live.stderr, live.stderr[-2000:]
+        wait_until(lambda: driver.poll() is not None or finished_trials(), 300, "a finished trial", 1.0)
+        assert driver.poll() is None, log.read_text()[-3000:]
         before = finished_trials()
         _kill_tree(driver)  # a crash: Tune's saved state may be older than the last finished trial
     finally:

@@ -586,16 +586,10 @@ def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -
             f"--resume {sweep_id}: the spec given differs from the one this sweep started with; "
             "resume without a spec file (the stored spec is used) or start a new sweep"
         )
-    if not (home / sweep_id).is_dir():
-        raise InputError(
-            f"--resume {sweep_id}: no sweep state at {home / sweep_id}; resume on the machine that ran the "
-            "driver, or set ELASTUNE_HOME to the folder that holds it"
-        )
     if record.status == "finished":
         raise InputError(f"--resume {sweep_id}: the sweep finished; `elastune results {sweep_id}` shows it")
-    if (
-        record.status == "running" and record.heartbeat_at is not None
-    ):  # its driver still beats: two drivers would run every trial twice
+    # A driver that still beats would run every trial a second time beside this one.
+    if record.status == "running" and record.heartbeat_at is not None:
         from elastune.tracking.mlflow import STALE_AFTER_BEATS
 
         age = time.time() - (record.heartbeat_at or time.time())
@@ -603,6 +597,12 @@ def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -
             f"--resume {sweep_id}: the sweep is still running (its driver beat {age:.0f} s ago"
             f"{f', Ray job {record.job_id}' if record.job_id else ''}); stop it first (Ctrl-C, or `ray job stop`), "
             f"or, if its driver is gone, retry once it shows as stale (after {STALE_AFTER_BEATS} missed beats)"
+        )
+    searched = any(t.trial_id != "reference" for t in record.trials)  # stopped in the reference: none yet
+    if searched and not state.is_dir():
+        raise InputError(
+            f"--resume {sweep_id}: no sweep state at {state}; resume on the machine that ran the "
+            "driver, or set ELASTUNE_HOME to the folder that holds it"
         )
     record.status = "running"
     record.job_id = ray_job_id() or record.job_id
