@@ -47,6 +47,15 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def _resume(tmp_path: Path, sweep_id: str, uri: str) -> subprocess.CompletedProcess[str]:
+    resumed = subprocess.run(
+        [*COMMAND, "--resume", sweep_id, "--tracking-uri", uri], cwd=tmp_path, env=_env(tmp_path),
+        capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return resumed
+
+
 def _store_ready(log: Path) -> bool:
     # The driver creates (migrates) the SQLite store first; reading it before then would race that.
     return "reference:" in log.read_text(errors="replace")
@@ -101,11 +110,7 @@ def test_a_stopped_driver_records_the_sweep_as_interrupted(
     stopped = [t for t in record.trials if t.status == "interrupted"]
     if when == "the reference runs":  # a reference stopped half-way is not recorded: the resume measures it
         assert record.trials == []
-        resumed = subprocess.run(
-            [*COMMAND, "--resume", sweep_id, "--tracking-uri", uri], cwd=tmp_path, env=_env(tmp_path),
-            capture_output=True, text=True, timeout=400,
-        )  # fmt: skip
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        _resume(tmp_path, sweep_id, uri)
         record = load_sweep(sweep_id, uri)
         assert record.status == "finished" and [t.trial_id for t in record.trials].count("reference") == 1
         assert {t.status for t in record.trials} == {"ok"} and len(record.trials) == 3
@@ -150,11 +155,7 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
 
     # The driver never got to say it stopped: the record says running until its beats are missed.
     wait_until(lambda: list_sweeps(uri)[0].status == "stale", 30, "the sweep to read back as stale", 0.5)
-    resumed = subprocess.run(
-        [*COMMAND, "--resume", sweep_id, "--tracking-uri", uri], cwd=tmp_path, env=_env(tmp_path),
-        capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = _resume(tmp_path, sweep_id, uri)
 
     record = load_sweep(sweep_id, uri)
     assert record.status == "finished"
