@@ -270,11 +270,19 @@ class SweepTracker:
         self._write(state, metrics=metrics, tags=self._sweep_tags(record), step=len(record.trials))
 
     def finish_sweep(self, record: SweepRecord) -> None:
-        """Artifacts on the parent (best_config.yaml, trials.csv, pareto.png), then end it per status."""
+        """Artifacts on the parent (best_config.yaml, trials.csv, pareto.png), then end it per status.
+        An interrupted sweep gets none (they come when a resume finishes it): its driver may have
+        only the 3 s `ray job stop` allows, and drawing the plot alone can take that."""
         if record.status == "running":
             raise ValueError("finish_sweep needs a final status (finished, failed or interrupted), not 'running'")
         self.update_sweep(record)
         run_id = self._parent_id(record)
+        if record.status != "interrupted":
+            self._log_artifacts(run_id, record)
+        end = _ms(record.ended_at) or int(time.time() * 1000)
+        self._client.set_terminated(run_id, status=_SWEEP_RUN_STATUS[record.status], end_time=end)
+
+    def _log_artifacts(self, run_id: str, record: SweepRecord) -> None:
         with tempfile.TemporaryDirectory(prefix="elastune-artifacts-") as folder:
             out = Path(folder)
             best = best_config_yaml(record)
@@ -283,8 +291,6 @@ class SweepTracker:
             (out / "trials.csv").write_text(trials_csv(record))
             (out / "pareto.png").write_bytes(pareto_png(record))
             self._client.log_artifacts(run_id, folder)
-        end = _ms(record.ended_at) or int(time.time() * 1000)
-        self._client.set_terminated(run_id, status=_SWEEP_RUN_STATUS[record.status], end_time=end)
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -107,7 +107,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
     tracker = SweepTracker(uri)
     started = time.time()
-    with Interruption(record.sweep_id, uri, echo) as stop:
+    with Interruption(record.sweep_id, uri, resume_command(record.sweep_id, options.tracking_uri), echo) as stop:
         try:
             record.mlflow_run_id = stop.run_id = tracker.start_sweep(record)
             with Heartbeat(uri, record.mlflow_run_id):
@@ -208,6 +208,14 @@ def _finished_reports(record: SweepRecord) -> dict[str, dict[str, Any]]:
     }
 
 
+def resume_command(sweep_id: str, tracking_uri: str | None) -> str:
+    """The command that resumes a sweep (the tracking URI when one was given explicitly)."""
+    command = ["elastune", "sweep", "--resume", sweep_id]
+    if tracking_uri:
+        command += ["--tracking-uri", tracking_uri]
+    return shlex.join(command)
+
+
 class SweepInterrupted(ElastuneError):
     """The driver was stopped by a signal: the sweep is recorded as interrupted and can be resumed.
     Exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would."""
@@ -217,10 +225,7 @@ class SweepInterrupted(ElastuneError):
     def __init__(self, record: SweepRecord, signum: int, tracking_uri: str | None, recorded: bool = True) -> None:
         self.record = record
         self.exit_code = 128 + signum
-        command = ["elastune", "sweep", "--resume", record.sweep_id]
-        if tracking_uri:
-            command += ["--tracking-uri", tracking_uri]
-        self.resume_command = shlex.join(command)
+        self.resume_command = resume_command(record.sweep_id, tracking_uri)
         done = sum(1 for t in record.trials if t.status != "interrupted" and t.trial_id != "reference")
         if not recorded:
             super().__init__(f"stopped by {signal.Signals(signum).name} before the sweep was recorded; nothing ran")
@@ -242,8 +247,8 @@ class Interruption:
     and Tune's SIGINT setting are restored on exit.
     """
 
-    def __init__(self, sweep_id: str, tracking_uri: str, echo: Callable[[str], None]) -> None:
-        self.sweep_id, self.tracking_uri, self.echo = sweep_id, tracking_uri, echo
+    def __init__(self, sweep_id: str, tracking_uri: str, resume: str, echo: Callable[[str], None]) -> None:
+        self.sweep_id, self.tracking_uri, self.resume, self.echo = sweep_id, tracking_uri, resume, echo
         self.signum: int | None = None
         self.run_id: str | None = None  # set once the parent run exists
         self._marker: threading.Thread | None = None
@@ -279,9 +284,10 @@ class Interruption:
             raise KeyboardInterrupt  # asked twice: stop now
         self.signum = signum
         STOPPING.add(self.sweep_id)
+        # The resume command now as well as last: a SIGKILL may follow (`ray job stop`: 3 s later).
         self.echo(
-            f"{signal.Signals(signum).name}: stopping sweep {self.sweep_id}, saving its state for a resume "
-            "(again to stop at once)"
+            f"{signal.Signals(signum).name}: stopping sweep {self.sweep_id} (again to stop at once); "
+            f"resume it with: {self.resume}"
         )
         if self.run_id is not None:
             self._marker = threading.Thread(target=self._mark, name="elastune-interrupted", daemon=True)

@@ -91,7 +91,8 @@ def test_ray_job_stop_interrupts_the_sweep_and_resume_returns_to_its_cluster(
     assert parent.info.status == "KILLED" and parent.data.tags["elastune.sweep_status"] == "interrupted"
     assert record.ray_address and record.ray_address.startswith("127.0.0.1:")
     logs = jobs.get_job_logs(job_id)
-    assert f"elastune sweep --resume {sweep_id}" in logs, logs[-3000:]
+    # Said as the signal arrives (and last, when the driver ends before Ray's SIGKILL 3 s later).
+    assert f"resume it with: elastune sweep --resume {sweep_id}" in logs, logs[-3000:]
 
     # The resume runs here, as a driver of that cluster: no --address, no RAY_ADDRESS.
     env = {k: v for k, v in ray_token_head.env.items() if k != "RAY_ADDRESS"}
