@@ -8,9 +8,10 @@ The README's lines run as written, in a folder laid out like the repository (`.v
 venv, `search_spaces/dlrm_quick.yaml` is a tiny spec so the sweeps take seconds), with these
 additions a reader would not make: a free port for every port Ray and the UI would otherwise take
 by default (another cluster may hold those on a test machine), `--block` so the head stays in this
-test's own process group, and a `--temp-dir` of its own, by which the test also finds the head's
-processes to end them. The README's `ray stop` is not run: it would end every Ray cluster this user
-runs on the machine, other tests' and other people's included; the test kills its own head instead.
+test's own process group, and a `RAY_TMPDIR` of its own (Ray's /tmp/ray, where `ray start` records
+the cluster for the UI to find), by which the test also finds the head's processes to end them.
+The README's `ray stop` is not run: it would end every Ray cluster this user runs on the machine,
+other tests' and other people's included; the test kills its own head instead.
 """
 
 from __future__ import annotations
@@ -82,12 +83,13 @@ def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
     repo = tmp_path / "repo"  # laid out like a checkout: the README's relative paths hold
     (repo / "search_spaces").mkdir(parents=True)
     (repo / ".venv").symlink_to(VENV)
-    write_spec(repo / "search_spaces" / "dlrm_quick.yaml", tiny_spec(budget={"max_trials": 2, "max_concurrent": 2}))
+    write_spec(repo / "search_spaces" / "dlrm_quick.yaml", tiny_spec(budget={"max_trials": 1, "max_concurrent": 1}))
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ELASTUNE_", "MLFLOW_"))}
     env |= {"HOME": str(home), "PATH": f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
     env |= {"DASHBOARD_METRIC_PORT": str(free_port()), "AUTOSCALER_METRIC_PORT": str(free_port())}
+    env |= {"RAY_TMPDIR": str(head_folder)}  # Ray's /tmp/ray, where the UI finds the cluster, of its own
     gcs, dashboard, ui = free_port(), free_port(), free_port()
     ports = {"port": gcs, "dashboard-port": dashboard, "ray-client-server-port": free_port()}
     ports |= {"dashboard-agent-listen-port": free_port(), "runtime-env-agent-port": free_port()}
@@ -96,7 +98,7 @@ def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
 
     script = list(head_lines[:-1])
     (start,) = [i for i, line in enumerate(script) if "ray start --head" in line]
-    script[start] = f"exec {script[start]} {extra} --temp-dir={head_folder} --disable-usage-stats --block"
+    script[start] = f"exec {script[start]} {extra} --disable-usage-stats --block"
     log = tmp_path / "head.log"
     with log.open("w") as out:
         head = subprocess.Popen(
@@ -139,7 +141,8 @@ def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
             assert len(lines) == 1, refused.stderr  # one line: no retries, no Ray log
             assert lines[0].startswith(f"error: --address='127.0.0.1:{gcs}': ")
             assert all(part in lines[0] for part in says), lines[0]
-            assert took < 15 and list(client.iterdir()) == [], (took, list(client.iterdir()))  # nothing written
+            # the one line above is what fails on old code (Ray retried 25 s, 20 lines); 20 s allows a loaded machine
+            assert took < 20 and list(client.iterdir()) == [], (number, took, list(client.iterdir()))  # nothing written
 
         # The second block, in a new shell: a sweep with --address, then the same as a Ray job.
         client_script = [_on_ports(line, gcs, dashboard) for line in client_lines[:-1]]  # not `ray stop`
@@ -153,7 +156,7 @@ def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
         assert {ip for ip, _ in listening} <= LOOPBACK, listening  # workers and the job's driver too
 
         # The first block's last line: the UI, in the same shell (RAY_AUTH_MODE=token, the token in ~/.ray).
-        ui_command = f"{ui_line} --port {ui} --ray-address http://127.0.0.1:{dashboard}"
+        ui_command = f"{ui_line} --port {ui}"  # it finds the cluster as `ray start` recorded it
         exports = "\n".join(line for line in script[:start] if line.startswith("export "))
         server = subprocess.Popen(
             ["bash", "-euc", f"{exports}\nexec {ui_command}"], cwd=repo, env=env,
