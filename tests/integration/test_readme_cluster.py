@@ -17,6 +17,7 @@ other tests' and other people's included; the test kills its own head instead.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -202,3 +203,30 @@ def _listening(group: int) -> set[tuple[str, int]]:
                     if conn.status == psutil.CONN_LISTEN:
                         found.add((conn.laddr.ip, conn.laddr.port))
     return found
+
+
+def test_a_sweep_without_address_starts_a_ray_that_listens_on_loopback_only(head_folder: Path, tmp_path: Path) -> None:
+    """README: with no `--address`, a sweep starts "a new local Ray on 127.0.0.1". Ray would swap
+    127.0.0.1 for the machine's network address and listen on every interface; the sweep keeps it."""
+    probe = (
+        "import json, psutil, ray\n"
+        "from elastune.tuning.sweep import SweepOptions, connect_ray\n"
+        "connect_ray(SweepOptions(local_cpus=1))\n"
+        "ray.get(ray.remote(lambda: 1).remote())\n"  # a worker too
+        "found = set()\n"
+        "for proc in psutil.Process().children(recursive=True):\n"
+        "    try:\n"
+        "        found |= {c.laddr.ip for c in proc.net_connections('inet') if c.status == psutil.CONN_LISTEN}\n"
+        "    except psutil.Error:\n"
+        "        pass\n"
+        "print(json.dumps(sorted(found)))\n"
+        "ray.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ELASTUNE_"))}
+    env |= {"HOME": str(tmp_path), "RAY_TMPDIR": str(head_folder)}
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    listening = set(json.loads(ran.stdout.strip().splitlines()[-1]))
+    assert listening and listening <= LOOPBACK, listening

@@ -502,7 +502,14 @@ def connect_ray(options: SweepOptions) -> None:
             raise InputError(_auth_problem(address, exc)) from None
         return
     # The embedded default: a new local Ray on loopback only ("local": never attach to a cluster
-    # someone else started on this machine with `ray start`).
+    # someone else started on this machine with `ray start`). Ray swaps 127.0.0.1 for this machine's
+    # network address, and its GCS, raylet and agents then listen on every interface, unless
+    # multi-node clusters are off (as on macOS): off for the processes it starts and for this one,
+    # which read the variable when Ray was imported. A user's explicit setting is kept.
+    from ray._private import ray_constants
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() in ("1", "true")
     ray.init(
         address="local",
         num_cpus=options.local_cpus,
