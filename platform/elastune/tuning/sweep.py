@@ -504,20 +504,28 @@ def connect_ray(options: SweepOptions) -> None:
     # The embedded default: a new local Ray on loopback only ("local": never attach to a cluster
     # someone else started on this machine with `ray start`). Ray swaps 127.0.0.1 for this machine's
     # network address, and its GCS, raylet and agents then listen on every interface, unless
-    # multi-node clusters are off (as on macOS): off for the processes it starts and for this one,
-    # which read the variable when Ray was imported. A user's explicit setting is kept.
+    # multi-node clusters are off (as on macOS): off for the processes it starts (they inherit the
+    # variable) and for this one (Ray read it at import), both put back once Ray runs, so a later
+    # ray.init in this process sees the machine as before. A user's explicit setting is kept.
     from ray._private import ray_constants
 
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray_constants.ENABLE_RAY_CLUSTER = os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"].lower() in ("1", "true")
-    ray.init(
-        address="local",
-        num_cpus=options.local_cpus,
-        num_gpus=options.local_gpus,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-    )
+    variable, enabled = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", ray_constants.ENABLE_RAY_CLUSTER
+    unset = variable not in os.environ
+    os.environ.setdefault(variable, "0")
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ[variable].lower() in ("1", "true")
+    try:
+        ray.init(
+            address="local",
+            num_cpus=options.local_cpus,
+            num_gpus=options.local_gpus,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
+        if unset:
+            os.environ.pop(variable, None)
 
 
 def check_cluster(address: str) -> None:
