@@ -1,17 +1,23 @@
 """The README's Web UI commands, pasted in order on a fresh machine (an empty HOME: no
-~/.ray/auth_token): they start a Ray head whose job server and GCS refuse a client without the
-token, and the UI they start reaches it. A sweep pointed at that head without the token is told so
-at once (exit 2), not after half a minute of retries.
+~/.ray/auth_token): the first block starts a Ray head whose job server and GCS refuse a client
+without the token and whose every port listens on 127.0.0.1 only; the second block, from a new
+shell, runs a sweep on it with `--address` and as a Ray job; the UI the first block starts reaches
+it. A sweep pointed at the head without the token (or with another) is told so at once (exit 2).
 
-The README's lines run as written, with two kinds of additions a reader would not make: free ports
-for every port Ray and the UI would otherwise take by default (another cluster may hold those on a
-test machine), and a `--temp-dir` of its own, by which this test finds the head's processes to end
-them. The README's closing `ray stop` is not run: it would end every Ray cluster on the machine.
+The README's lines run as written, in a folder laid out like the repository (`.venv` links to this
+venv, `search_spaces/dlrm_quick.yaml` is a tiny spec so the sweeps take seconds), with these
+additions a reader would not make: a free port for every port Ray and the UI would otherwise take
+by default (another cluster may hold those on a test machine), `--block` so the head stays in this
+test's own process group, and a `RAY_TMPDIR` of its own (Ray's /tmp/ray, where `ray start` records
+the cluster for the UI to find), by which the test also finds the head's processes to end them.
+The README's `ray stop` is not run: it would end every Ray cluster this user runs on the machine,
+other tests' and other people's included; the test kills its own head instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -32,15 +38,18 @@ from tests.integration.sweep_specs import tiny_spec, write_spec
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-VENV_BIN = Path(sys.executable).parent
+VENV = Path(sys.executable).parent.parent
+LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 
 
 def readme_block(containing: str) -> list[str]:
-    """The non-empty lines of the README's one ```bash block that contains `containing`."""
+    """The commands of the README's one ```bash block that contains `containing`: continuation
+    lines joined, comments and blank lines dropped. Fails if the block moved or was split."""
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     found = [block for block in blocks if containing in block]
     assert len(found) == 1, f"README.md should have one bash block with {containing!r}, has {len(found)}"
-    return [line for line in found[0].splitlines() if line.strip()]
+    joined = found[0].replace("\\\n", " ")
+    return [re.sub(r"\s+#[^'\"]*$", "", line).strip() for line in joined.splitlines() if line.strip()]
 
 
 @pytest.fixture
@@ -63,70 +72,114 @@ def head_folder() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_the_readme_starts_a_token_auth_cluster_that_the_ui_reaches(
+def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
     head_folder: Path, tmp_path: Path, free_port: Callable[[], int], wait_until: Callable[..., None]
 ) -> None:
-    lines = readme_block("ray start --head")
-    (ui_line,) = [line for line in lines if "elastune ui" in line]
-    assert lines[-1] == ui_line, "the UI runs last: it stays in the foreground"
+    head_lines = readme_block("ray start --head")
+    client_lines = readme_block("ray job submit --address http://127.0.0.1:8265")
+    (ui_line,) = [line for line in head_lines if "elastune ui" in line]
+    assert head_lines[-1] == ui_line, "the UI runs last: it stays in the foreground"
+    assert client_lines[-1] == ".venv/bin/ray stop", "the client block ends the cluster last"
+
+    repo = tmp_path / "repo"  # laid out like a checkout: the README's relative paths hold
+    (repo / "search_spaces").mkdir(parents=True)
+    (repo / ".venv").symlink_to(VENV)
+    write_spec(repo / "search_spaces" / "dlrm_quick.yaml", tiny_spec(budget={"max_trials": 1, "max_concurrent": 1}))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ELASTUNE_", "MLFLOW_"))}
+    env |= {"HOME": str(home), "PATH": f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
+    env |= {"DASHBOARD_METRIC_PORT": str(free_port()), "AUTOSCALER_METRIC_PORT": str(free_port())}
+    env |= {"RAY_TMPDIR": str(head_folder)}  # Ray's /tmp/ray, where the UI finds the cluster, of its own
     gcs, dashboard, ui = free_port(), free_port(), free_port()
     ports = {"port": gcs, "dashboard-port": dashboard, "ray-client-server-port": free_port()}
     ports |= {"dashboard-agent-listen-port": free_port(), "runtime-env-agent-port": free_port()}
     ports |= {"metrics-export-port": free_port(), "dashboard-agent-grpc-port": free_port()}
     extra = " ".join(f"--{name}={port}" for name, port in ports.items())
-    script = []
-    for line in lines[:-1]:
-        command = line.split("#", 1)[0].rstrip().replace(".venv/bin/", f"{VENV_BIN}/")
-        if "ray start --head" in command:
-            command += f" {extra} --temp-dir={head_folder} --disable-usage-stats"
-        script.append(command)
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ELASTUNE_", "MLFLOW_"))}
-    env |= {"HOME": str(home), "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"}
-    started = subprocess.run(
-        ["bash", "-euc", "\n".join([*script, "env | grep ^RAY_AUTH_MODE= > exported"])],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
 
-    token_file = home / ".ray" / "auth_token"
-    assert token_file.is_file() and token_file.stat().st_mode & 0o077 == 0  # created, readable by its owner only
-    token = token_file.read_text().strip()
-    assert token and (tmp_path / "exported").read_text().strip() == "RAY_AUTH_MODE=token"
-    jobs = f"http://127.0.0.1:{dashboard}/api/jobs/"
-    assert _status(jobs) == 401  # without the token the job server runs nothing
-    assert _status(jobs, token) == 200
-    assert _listeners(head_folder, dashboard) == {"127.0.0.1"}  # the job server: loopback only
-
-    # A sweep aimed at the head without the token: told at once, nothing written or started.
-    empty = tmp_path / "client"
-    empty.mkdir()
-    spec = write_spec(tmp_path / "tiny.yaml", tiny_spec())
-    began = time.monotonic()
-    refused = subprocess.run(
-        [str(VENV_BIN / "elastune"), "sweep", str(spec), "--address", f"127.0.0.1:{gcs}"],
-        cwd=empty, env={**env, "ELASTUNE_HOME": str(empty / "home")}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert refused.returncode == 2, refused.stderr[-3000:]
-    assert "requires token authentication" in refused.stderr and "RAY_AUTH_MODE=token" in refused.stderr
-    assert time.monotonic() - began < 30 and list(empty.iterdir()) == []
-
-    # The README's last line: the UI, in the same shell (RAY_AUTH_MODE=token, the token in ~/.ray).
-    ui_command = ui_line.split("#", 1)[0].rstrip().replace(".venv/bin/", f"{VENV_BIN}/")
-    ui_command += f" --port {ui} --ray-address http://127.0.0.1:{dashboard}"
-    server = subprocess.Popen(
-        ["bash", "-c", f"export RAY_AUTH_MODE=token\nexec {ui_command}"], cwd=tmp_path, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+    script = list(head_lines[:-1])
+    (start,) = [i for i, line in enumerate(script) if "ray start --head" in line]
+    script[start] = f"exec {script[start]} {extra} --disable-usage-stats --block"
+    log = tmp_path / "head.log"
+    with log.open("w") as out:
+        head = subprocess.Popen(
+            ["bash", "-euc", "\n".join(script[: start + 1])], cwd=repo, env=env,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
     try:
-        wait_until(lambda: server.poll() is not None or _status(f"http://127.0.0.1:{ui}/api/health") == 200,
-                   60, "the UI")  # fmt: skip
-        assert _status(f"http://127.0.0.1:{ui}/api/jobs") == 200  # the UI lists the head's jobs with Ray's token
+        jobs = f"http://127.0.0.1:{dashboard}/api/jobs/"
+        wait_until(lambda: head.poll() is not None or _status(jobs) == 401, 90, "the head's job server")
+        assert head.poll() is None, log.read_text()[-3000:]
+
+        token_file = home / ".ray" / "auth_token"
+        assert token_file.is_file() and token_file.stat().st_mode & 0o077 == 0  # created, owner-only
+        token = token_file.read_text().strip()
+        assert token and _status(jobs, token) == 200  # 401 without the token (above), 200 with it
+        listening = _listening(head.pid)
+        assert gcs in {port for _, port in listening} and dashboard in {port for _, port in listening}
+        assert {ip for ip, _ in listening} <= LOOPBACK, listening  # GCS, raylet, agents: loopback only
+
+        # Point 9: a sweep aimed at the head without the token, with another, or with the token but
+        # without the loopback setting (Ray would dial this machine's network address): told at once.
+        spec = write_spec(tmp_path / "tiny.yaml", tiny_spec())
+        cases = [
+            ({}, ["requires token authentication", "export RAY_AUTH_MODE=token", "ray get-auth-token"]),
+            ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32}, ["token this client sent is not the cluster's"]),
+            ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}, ["export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"]),
+        ]
+        for number, (case, says) in enumerate(cases):
+            client = tmp_path / f"client-{number}"
+            client.mkdir()
+            began = time.monotonic()
+            refused = subprocess.run(
+                [str(VENV / "bin" / "elastune"), "sweep", str(spec), "--address", f"127.0.0.1:{gcs}"],
+                cwd=client, env={**env, **case, "HOME": str(client), "ELASTUNE_HOME": str(client / "el")},
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            took = time.monotonic() - began
+            assert refused.returncode == 2, refused.stderr[-3000:]
+            lines = [line for line in refused.stderr.splitlines() if line.strip()]
+            assert len(lines) == 1, refused.stderr  # one line: no retries, no Ray log
+            assert lines[0].startswith(f"error: --address='127.0.0.1:{gcs}': ")
+            assert all(part in lines[0] for part in says), lines[0]
+            # the one line above is what fails on old code (Ray retried 25 s, 20 lines); 20 s allows a loaded machine
+            assert took < 20 and list(client.iterdir()) == [], (number, took, list(client.iterdir()))  # nothing written
+
+        # The second block, in a new shell: a sweep with --address, then the same as a Ray job.
+        client_script = [_on_ports(line, gcs, dashboard) for line in client_lines[:-1]]  # not `ray stop`
+        ran = subprocess.run(
+            ["bash", "-euc", "\n".join(client_script)], cwd=repo, env=env, capture_output=True, text=True, timeout=240
+        )
+        assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+        assert re.search(r"Job '\S+' succeeded", ran.stdout), ran.stdout[-3000:]
+        assert (repo / "mlflow.db").is_file()
+        listening = _listening(head.pid)
+        assert {ip for ip, _ in listening} <= LOOPBACK, listening  # workers and the job's driver too
+
+        # The first block's last line: the UI, in the same shell (RAY_AUTH_MODE=token, the token in ~/.ray).
+        ui_command = f"{ui_line} --port {ui}"  # it finds the cluster as `ray start` recorded it
+        exports = "\n".join(line for line in script[:start] if line.startswith("export "))
+        server = subprocess.Popen(
+            ["bash", "-euc", f"{exports}\nexec {ui_command}"], cwd=repo, env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        try:
+            wait_until(lambda: server.poll() is not None or _status(f"http://127.0.0.1:{ui}/api/health") == 200,
+                       60, "the UI")  # fmt: skip
+            assert _status(f"http://127.0.0.1:{ui}/api/jobs") == 200  # the UI lists the head's jobs with Ray's token
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=30)
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait(timeout=30)
+
+
+def _on_ports(line: str, gcs: int, dashboard: int) -> str:
+    """A README line with Ray's default ports swapped for this test's."""
+    return line.replace("127.0.0.1:6379", f"127.0.0.1:{gcs}").replace("127.0.0.1:8265", f"127.0.0.1:{dashboard}")
 
 
 def _status(url: str, token: str | None = None) -> int:
@@ -140,13 +193,40 @@ def _status(url: str, token: str | None = None) -> int:
         return 0
 
 
-def _listeners(folder: Path, port: int) -> set[str]:
-    """The addresses the head's processes listen on at `port`."""
-    found = set()
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.Error):
-            if any(str(folder) in part for part in proc.info["cmdline"] or []):
-                found |= {
-                    c.laddr.ip for c in proc.net_connections("inet") if c.status == "LISTEN" and c.laddr.port == port
-                }
+def _listening(group: int) -> set[tuple[str, int]]:
+    """The (address, port) pairs that the processes of process group `group` listen on."""
+    found: set[tuple[str, int]] = set()
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if os.getpgid(proc.pid) == group:
+                for conn in proc.net_connections("inet"):
+                    if conn.status == psutil.CONN_LISTEN:
+                        found.add((conn.laddr.ip, conn.laddr.port))
     return found
+
+
+def test_a_sweep_without_address_starts_a_ray_that_listens_on_loopback_only(head_folder: Path, tmp_path: Path) -> None:
+    """README: with no `--address`, a sweep starts "a new local Ray on 127.0.0.1". Ray would swap
+    127.0.0.1 for the machine's network address and listen on every interface; the sweep keeps it."""
+    probe = (
+        "import json, psutil, ray\n"
+        "from elastune.tuning.sweep import SweepOptions, connect_ray\n"
+        "connect_ray(SweepOptions(local_cpus=1))\n"
+        "ray.get(ray.remote(lambda: 1).remote())\n"  # a worker too
+        "found = set()\n"
+        "for proc in psutil.Process().children(recursive=True):\n"
+        "    try:\n"
+        "        found |= {c.laddr.ip for c in proc.net_connections('inet') if c.status == psutil.CONN_LISTEN}\n"
+        "    except psutil.Error:\n"
+        "        pass\n"
+        "print(json.dumps(sorted(found)))\n"
+        "ray.shutdown()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "ELASTUNE_"))}
+    env |= {"HOME": str(tmp_path), "RAY_TMPDIR": str(head_folder)}
+    ran = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    listening = set(json.loads(ran.stdout.strip().splitlines()[-1]))
+    assert listening and listening <= LOOPBACK, listening

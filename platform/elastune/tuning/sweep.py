@@ -508,41 +508,77 @@ def connect_ray(options: SweepOptions) -> None:
             raise InputError(_auth_problem(address, exc)) from None
         return
     # The embedded default: a new local Ray on loopback only ("local": never attach to a cluster
-    # someone else started on this machine with `ray start`).
-    ray.init(
-        address="local",
-        num_cpus=options.local_cpus,
-        num_gpus=options.local_gpus,
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        log_to_driver=False,
-    )
+    # someone else started on this machine with `ray start`). Ray swaps 127.0.0.1 for this machine's
+    # network address, and its GCS, raylet and agents then listen on every interface, unless
+    # multi-node clusters are off (as on macOS): off for the processes it starts (they inherit the
+    # variable) and for this one (Ray read it at import), both put back once Ray runs, so a later
+    # ray.init in this process sees the machine as before. A user's explicit setting is kept.
+    from ray._private import ray_constants
+
+    variable, enabled = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", ray_constants.ENABLE_RAY_CLUSTER
+    unset = variable not in os.environ
+    os.environ.setdefault(variable, "0")
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ[variable].lower() in ("1", "true")
+    try:
+        ray.init(
+            address="local",
+            num_cpus=options.local_cpus,
+            num_gpus=options.local_gpus,
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=False,
+        )
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
+        if unset:
+            os.environ.pop(variable, None)
 
 
 def check_cluster(address: str) -> None:
-    """Say at once what `ray.init` would take 20-40 s of retries to say: nothing listens at a
-    HOST:PORT address, or the cluster there wants Ray's token and this client has none (or another).
-    Other address forms (auto, ray://, a dashboard URL) are left to Ray."""
+    """Say at once what `ray.init` would take 20 s to minutes of retries to say: nothing listens at
+    a HOST:PORT address; Ray would dial this machine's network address for a loopback one where a
+    loopback-only cluster does not listen; or the cluster wants Ray's token and this client has none
+    (or another). Other address forms (auto, ray://, a dashboard URL) are left to Ray."""
     import socket
 
+    from ray._private.services import resolve_ip_for_localhost
     from ray._raylet import GcsClient  # type: ignore[attr-defined]  # Ray has no public probe
 
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or "/" in address:
         return
+    host = host.strip("[]")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+        socket.create_connection((host, int(port)), timeout=3).close()
     except OSError as exc:
         raise InputError(
             f"--address={address!r}: nothing answers there ({exc.strerror or exc}); give the head's GCS address "
             "(HOST:6379 by default, `ray status` on the head shows it), or leave --address out for a local Ray"
         ) from None
+    saved_stderr = os.dup(2)  # Ray's C++ client logs the refusal on fd 2 too: the error says it once
     try:
-        GcsClient(address=address)  # a cluster with token auth refuses it at once
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            try:
+                GcsClient(address=address)  # a cluster with token auth refuses it at once
+            finally:
+                os.dup2(saved_stderr, 2)
     except AuthenticationError as exc:
         raise InputError(_auth_problem(address, exc)) from None
     except Exception:  # anything else: ray.init says it in its own words
         return
+    finally:
+        os.close(saved_stderr)
+    dialed = resolve_ip_for_localhost(host)  # Ray swaps a loopback host for this machine's address
+    if dialed != host:
+        try:
+            socket.create_connection((dialed, int(port)), timeout=3).close()
+        except OSError:
+            raise InputError(
+                f"--address={address!r}: the cluster there listens on loopback only and Ray would dial it at "
+                f"{dialed}:{port}; `export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (as the cluster was started) so "
+                "Ray keeps 127.0.0.1"
+            ) from None
 
 
 def _auth_problem(address: str, exc: Exception) -> str:
