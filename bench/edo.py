@@ -72,12 +72,12 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before ray: e
 
 import ray
 import torch
-from elastune.config import load_run_config
 from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
 from elastune.memory.client import Demand, EdoError, edo_session
 from elastune.memory.policy import DeviceSpec
 from elastune.memory.probe import CudaProbe, ElasticProbe, VirtualProbe
 from elastune.training.loop import OutOfMemory, train, warm_up_runtime
+from elastune.validate import load_run_config
 
 MiB = 2**20
 HEARTBEAT_S = 1.0

@@ -35,13 +35,13 @@ from datetime import date
 from typing import Any
 
 import torch
-from elastune.config import load_run_config
 from elastune.embeddings import spec_for
 from elastune.embeddings.fbgemm import fbgemm_import_error
 from elastune.embeddings.sparse_optim import SparseRowOptimizer
 from elastune.training.loop import forward_backward
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
+from elastune.validate import load_run_config
 from elastune.workloads import build_workload
 
 ROW = ["optimizer.sparse=rowwise_adagrad"]

@@ -85,8 +85,8 @@ def _run(device: str | None) -> list[str]:
 
 
 def estimate_figures(overrides: list[str], device: str | None = None) -> dict[str, Any]:
-    from elastune.config import load_run_config
     from elastune.memory.estimate import estimate
+    from elastune.validate import load_run_config
 
     est = estimate(load_run_config(None, _run(device) + overrides))
     return {"estimate_s": est.seconds, "traced_peak": est.traced_peak_bytes, "breakdown": est.breakdown}

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from elastune.config import RunConfig, load_run_config
+from elastune.config import RunConfig
+from elastune.validate import load_run_config
 
 # MLflow starts a usage-telemetry client on import; tests send nothing beyond 127.0.0.1.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")

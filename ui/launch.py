@@ -224,8 +224,8 @@ def set_problems(sets: Sequence[str]) -> list[Problem]:
     """Problems of `--set` pairs, each named `sets.<key>` so the form shows it beside that field:
     keys a client may not set (elastune.untrusted: nothing that names a file), then the config's
     own validation."""
-    from elastune.config import load_run_config
     from elastune.untrusted import override_problems
+    from elastune.validate import load_run_config
 
     refused = override_problems(sets)
     try:

@@ -17,10 +17,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from elastune.config import RunConfig, load_run_config
+from elastune.config import RunConfig
 from elastune.errors import ElastuneError, InputError
 from elastune.jsonout import dumps
 from elastune.units import human_bytes
+from elastune.validate import load_run_config
 
 __all__ = ["app", "main"]
 

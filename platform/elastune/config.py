@@ -1,9 +1,12 @@
-"""RunConfig: everything one training run needs, validated at the boundary.
+"""RunConfig: everything one training run needs, and how its fields are checked.
 
 A config comes from an optional YAML file plus `--set key=value` overrides (keys use dots:
-`batch.micro=2048`). Validation reports every problem at once, each with its field path, the value
-given and the fix; unknown keys get a "did you mean". Untyped dicts exist only where Ray hands a
-trial its config: the first thing such code does is `RunConfig.model_validate(d)`.
+`batch.micro=2048`). Field checks report every problem at once, each with its field path, the value
+given and the fix; unknown keys get a "did you mean". This module is a leaf: it imports no
+component. What only a component knows (which strategies are built, what a backend's kernels cannot
+do, how many rows the tables have) is checked after pydantic, in validate.py, which every entry point
+uses (`load_run_config`, `validate_run_config`). Untyped dicts exist only where Ray hands a trial its
+config: the first thing such code does is `RunConfig.model_validate(d)`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from elastune.errors import MISSING, ConfigError, Problem
 
@@ -29,7 +32,6 @@ __all__ = [
     "OptimizerConfig",
     "RunConfig",
     "apply_overrides",
-    "load_run_config",
     "parse_overrides",
     "problems_from_validation",
     "read_yaml_mapping",
@@ -107,12 +109,10 @@ class ModelConfig(_Section):
         return widths
 
 
+# The names a config may give; which of them this build has, and what each needs, is the embedding
+# registry's to say (validate.py asks it; a test ties this list to the registry).
 Strategy = Literal["full", "half", "int8", "hashed", "qr", "mixed_dim", "shared", "cached"]
 SparseOptimizer = Literal["adam", "sgd", "adagrad", "rowwise_adagrad"]
-# Strategies whose storage is not an fp32 autograd parameter update their own rows, with one of
-# elastune's row-wise sparse optimizers (embeddings/sparse_optim.py), never with dense Adam.
-SELF_UPDATING: frozenset[str] = frozenset({"half", "int8", "cached"})
-ROW_OPTIMIZERS: frozenset[str] = frozenset({"sgd", "adagrad", "rowwise_adagrad"})
 
 
 class EmbeddingConfig(_Section):
@@ -150,51 +150,6 @@ class EmbeddingConfig(_Section):
         description="torch | fbgemm (FBGEMM's fused table-batched kernels, optimizer applied in backward; "
         "pip install 'elastune[fbgemm]'; strategies full and half (fp16), optimizers sgd, adagrad, rowwise_adagrad).",
     )
-
-    @field_validator("strategy")
-    @classmethod
-    def _strategy_is_built(cls, value: str) -> str:
-        from elastune.embeddings import strategies  # lazy: the registry imports this module
-
-        if value not in strategies():
-            raise ValueError(f"strategy {value!r} is not available in this build; available: {', '.join(strategies())}")
-        return value
-
-    @field_validator("backend")
-    @classmethod
-    def _backend_can_run(cls, value: str, info: ValidationInfo) -> str:
-        # backend is the last field, so strategy and dtype are in info.data (unless they were invalid)
-        if value != "fbgemm":
-            return value
-        from elastune.embeddings import strategies  # lazy: the registry imports this module
-        from elastune.embeddings.fbgemm import fbgemm_import_error
-
-        error = fbgemm_import_error()
-        if error is not None:
-            raise ValueError(f"fbgemm_gpu {error}; pip install 'elastune[fbgemm]' or use embedding.backend=torch")
-        strategy, dtype = info.data.get("strategy"), info.data.get("dtype")
-        runs = strategies("fbgemm")
-        if strategy is not None and strategy not in runs:
-            raise ValueError(
-                f"no fbgemm kernels for embedding.strategy={strategy!r} (the fbgemm backend runs "
-                f"{', '.join(runs)}); pick one of those or use embedding.backend=torch"
-            )
-        if strategy == "half" and dtype == "bf16":
-            raise ValueError(
-                "fbgemm's CPU kernels store half rows in fp16 only, not embedding.dtype='bf16'; "
-                "set embedding.dtype=fp16 or use embedding.backend=torch"
-            )
-        return value
-
-    @field_validator("groups")
-    @classmethod
-    def _groups_cover_the_features(cls, value: list[list[int]] | None) -> list[list[int]] | None:
-        if value is not None:
-            from elastune.embeddings.shared import validate_groups  # lazy: embeddings import config
-            from elastune.workloads.data import NUM_SPARSE
-
-            validate_groups(value, NUM_SPARSE)
-        return value
 
     @model_validator(mode="after")
     def _one_size_knob(self) -> EmbeddingConfig:
@@ -288,35 +243,6 @@ class RunConfig(_Section):
         return value
 
     @model_validator(mode="after")
-    def _strategy_fits_optimizer(self) -> RunConfig:
-        if self.embedding.strategy in SELF_UPDATING and self.optimizer.sparse not in ROW_OPTIMIZERS:
-            raise ValueError(
-                f"embedding.strategy={self.embedding.strategy} updates its own rows and needs a row-wise "
-                f"sparse optimizer, not optimizer.sparse={self.optimizer.sparse}; set optimizer.sparse to "
-                "sgd, adagrad or rowwise_adagrad"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _embedding_fits_the_run(self) -> RunConfig:
-        from elastune.embeddings.fbgemm import run_problems  # lazy: the registry imports this module
-        from elastune.workloads.data import table_sizes
-
-        problems = []
-        rows, total = self.embedding.cache_rows, sum(table_sizes(self.data.rows_scale))
-        if rows is not None and rows > total:
-            problems.append(
-                f"embedding.cache_rows={rows} is more than the {total} rows of all tables at "
-                f"data.rows_scale={self.data.rows_scale}; set it to at most {total}, or use "
-                "embedding.cache_ratio (a share of the rows)"
-            )
-        if self.embedding.backend == "fbgemm":
-            problems += run_problems(self)
-        if problems:  # one validator, so all are reported together (one line, one Problem each)
-            raise ValueError("\n".join(problems))
-        return self
-
-    @model_validator(mode="after")
     def _warmup_below_steps(self) -> RunConfig:
         if self.warmup_steps >= self.steps:
             raise ValueError(
@@ -363,23 +289,6 @@ def apply_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
         else:
             merged[key] = value
     return merged
-
-
-def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Read YAML (or nothing: the embedded defaults), apply `--set` overrides, validate."""
-    raw: dict[str, Any] = {}
-    source = str(path) if path is not None else None
-    if path is not None:
-        raw = read_yaml_mapping(Path(path))
-    raw = apply_overrides(raw, parse_overrides(overrides))
-    return validate_run_config(raw, source=source)
-
-
-def validate_run_config(raw: Mapping[str, Any], source: str | None = None) -> RunConfig:
-    try:
-        return RunConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(problems_from_validation(exc, RunConfig, raw), source=source) from None
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from elastune.cli import main
-from elastune.config import load_run_config
+from elastune.validate import load_run_config
 
 from tests.conftest import TINY
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from elastune.config import RunConfig, load_run_config, parse_overrides
+from elastune.config import RunConfig, parse_overrides
 from elastune.errors import ConfigError
+from elastune.validate import load_run_config
 
 
 def test_defaults_are_valid_and_round_trip() -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from elastune.config import EmbeddingConfig, load_run_config
+from elastune.config import EmbeddingConfig
 from elastune.embeddings import build_embedding, get_strategy, strategies
 from elastune.embeddings.sparse_optim import RowUpdate, SelfUpdating
 from elastune.memory.estimate import _LiveBytes
+from elastune.validate import load_run_config
 from elastune.workloads.data import table_sizes
 from torch._subclasses.fake_tensor import FakeTensorMode
 

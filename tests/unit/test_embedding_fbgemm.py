@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from elastune.cli import main
-from elastune.config import EmbeddingConfig, load_run_config
+from elastune.config import EmbeddingConfig
 from elastune.embeddings import build_embedding, spec_for, strategies
 from elastune.embeddings.fbgemm import FbgemmEmbedding, fbgemm_import_error
 from elastune.embeddings.full import FullEmbedding
@@ -21,6 +21,7 @@ from elastune.memory.estimate import _LiveBytes, estimate
 from elastune.training.loop import forward_backward
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
+from elastune.validate import load_run_config
 from elastune.workloads import build_workload
 from elastune.workloads.data import table_sizes
 from torch._subclasses.fake_tensor import FakeTensorMode

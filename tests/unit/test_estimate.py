@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from elastune.config import RunConfig, load_run_config
+from elastune.config import RunConfig
 from elastune.embeddings.full import feature_offsets
 from elastune.embeddings.int8 import Int8Embedding
 from elastune.embeddings.sparse_optim import pooled_sum, traced_distinct_rows
 from elastune.memory.estimate import PARTS, distinct_rows, estimate, trace
+from elastune.validate import load_run_config
 from elastune.workloads import build_workload
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -177,7 +178,7 @@ def test_prediction_is_close_to_a_fresh_process_measurement() -> None:
 
 _VIRTUAL_RUN = """
 import json, sys, torch
-from elastune.config import load_run_config
+from elastune.validate import load_run_config
 from elastune.memory.probe import VirtualProbe
 from elastune.training.loop import train
 result = train(load_run_config(None, json.loads(sys.argv[1])), probe=VirtualProbe(1 << 40))

@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from elastune.config import load_run_config
 from elastune.training.loop import train
 from elastune.tuning.trial import _TorchDDP  # what a Ray Train worker passes
+from elastune.validate import load_run_config
 
 from tests.conftest import TINY
 

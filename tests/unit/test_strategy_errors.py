@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 from elastune.cli import main
-from elastune.config import load_run_config
 from elastune.embeddings.fbgemm import fbgemm_import_error
 from elastune.errors import ConfigError
+from elastune.validate import load_run_config
 from elastune.workloads.data import table_sizes
 
 from tests.conftest import TINY
@@ -62,7 +62,9 @@ def test_fbgemm_refuses_what_its_kernels_cannot_do() -> None:
     (strategy,) = problems("embedding.backend=fbgemm", "embedding.strategy=int8", "optimizer.sparse=sgd")
     assert strategy.startswith("embedding.backend='fbgemm': no fbgemm kernels for embedding.strategy='int8'")
     assert "full, half" in strategy and "embedding.backend=torch" in strategy
-    (dtype,) = problems("embedding.backend=fbgemm", "embedding.strategy=half", "embedding.dtype=bf16")
+    (dtype,) = problems(
+        "embedding.backend=fbgemm", "embedding.strategy=half", "embedding.dtype=bf16", "optimizer.sparse=sgd"
+    )
     assert "embedding.dtype='bf16'" in dtype and "embedding.dtype=fp16" in dtype
     found = problems("embedding.backend=fbgemm", "optimizer.sparse=adam", "precision=fp16", "batch.accum=2")
     assert len(found) == 3, found  # every problem at once, one line each

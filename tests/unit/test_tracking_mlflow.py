@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from elastune.config import load_run_config
 from elastune.errors import InputError
 from elastune.tracking.mlflow import (
     Heartbeat,
@@ -25,6 +24,7 @@ from elastune.tracking.mlflow import (
     resolve_tracking_uri,
 )
 from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.validate import load_run_config
 from mlflow import MlflowClient
 
 from tests.conftest import TINY

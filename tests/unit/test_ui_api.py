@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 import yaml
-from elastune.config import RunConfig, validate_run_config
+from elastune.config import RunConfig
 from elastune.tracking.mlflow import SweepTracker
 from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
 from elastune.ui import UISettings, create_app
 from elastune.ui.launch import SweepJob, TrainJob, plan_launch
+from elastune.validate import validate_run_config
 from fastapi.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 ROW_KINDS = ("sgd", "adagrad", "rowwise_adagrad")
+ROW_OPTIMIZERS: frozenset[str] = frozenset(ROW_KINDS)  # optimizer.sparse values a self-updating strategy takes
 
 
 def state_width(kind: str, dim: int) -> int:

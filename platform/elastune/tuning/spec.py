@@ -32,15 +32,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from elastune.config import (
-    RunConfig,
-    apply_overrides,
-    parse_overrides,
-    problems_from_validation,
-    read_yaml_mapping,
-)
+from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
 from elastune.errors import MISSING, ConfigError, Problem
 from elastune.units import MAX_BYTES, parse_bytes
+from elastune.validate import component_problems, config_problems
 
 __all__ = [
     "Budget",
@@ -351,13 +346,8 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
 
 
 def _base_problems(spec: SweepSpec) -> list[Problem]:
-    try:
-        RunConfig.model_validate(spec.base)
-    except ValidationError as exc:
-        return [
-            Problem(f"base.{p.path}", p.value, p.message) for p in problems_from_validation(exc, RunConfig, spec.base)
-        ]
-    return []
+    _, problems = config_problems(spec.base)
+    return [Problem(f"base.{p.path}", p.value, p.message) for p in problems]
 
 
 def _unknown_field(dotted: str) -> str | None:
@@ -405,13 +395,10 @@ def _value_problems(spec: SweepSpec, where: str, name: str, param: Parameter) ->
     out = []
     for index, value in candidates:
         raw = apply_overrides(spec.base, dotted_to_nested({name: value}))
-        try:
-            RunConfig.model_validate(raw)
-        except ValidationError as exc:
-            own = [p for p in problems_from_validation(exc, RunConfig, raw) if p.path == name]
-            for problem in own:
-                field = label.format(index if isinstance(param, ChoiceParam) else ("low", "high")[index])
-                out.append(Problem(f"{where}.{field}", value, problem.message))
+        _, problems = config_problems(raw)
+        for problem in (p for p in problems if p.path == name):
+            field = label.format(index if isinstance(param, ChoiceParam) else ("low", "high")[index])
+            out.append(Problem(f"{where}.{field}", value, problem.message))
     return out
 
 
@@ -445,10 +432,12 @@ def _combination_problems(spec: SweepSpec, limit: int = 3) -> list[Problem]:
     out: list[Problem] = []
     for params in candidate_points(spec):
         try:
-            spec.trial_config(params)
+            problems = component_problems(spec.trial_config(params))
         except ValidationError as exc:
             raw = apply_overrides(spec.base, dotted_to_nested(params))
-            reasons = "; ".join(str(p) for p in problems_from_validation(exc, RunConfig, raw))
+            problems = problems_from_validation(exc, RunConfig, raw)
+        if problems:
+            reasons = "; ".join(str(p) for p in problems)
             out.append(
                 Problem(
                     "parameters",
@@ -554,12 +543,12 @@ def _parallel_problems(spec: SweepSpec) -> list[Problem]:
 def _gradient_refusals(spec: SweepSpec) -> list[tuple[str, Any, str]]:
     """(field path, value, why) for each value DDP cannot train with: in the parameters, and in
     the base wherever a proposal can keep the base's value (no parameter, or a conditional one)."""
-    from elastune.config import SELF_UPDATING
+    from elastune.embeddings import get_strategy, strategies
 
     def why(key: str, value: Any) -> str | None:
         if key == "embedding.backend" and value != "torch":
             return "FBGEMM's kernels update the tables inside backward"
-        if key == "embedding.strategy" and value in SELF_UPDATING:
+        if key == "embedding.strategy" and value in strategies() and get_strategy(value).self_updating:
             return "this strategy updates its own rows outside autograd"
         if key == "optimizer.sparse" and value != "adam":
             return "a row-wise optimizer trains from sparse row gradients"

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 import ray
 import torch
-from elastune.config import load_run_config
 from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
 from elastune.memory.client import Demand, EdoError, edo_session
 from elastune.memory.policy import DeviceSpec
 from elastune.memory.probe import VirtualProbe
 from elastune.training.loop import OutOfMemory, train
+from elastune.validate import load_run_config
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ import urllib.error
 import urllib.request
 
 import pytest
-from elastune.config import load_run_config
 from elastune.tracking.mlflow import SweepTracker, artifact_path, list_sweeps, load_sweep, mlflow_run_url
+from elastune.validate import load_run_config
 from mlflow import MlflowClient
 
 from tests.unit.test_tracking_mlflow import check_round_trip, make_sweep

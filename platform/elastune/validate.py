@@ -1,0 +1,123 @@
+"""A run config, whole: pydantic checks each field (config.py), then each component checks what
+only it knows, here and nowhere else.
+
+config.py is a leaf: it knows the shape of a run and imports no component. What depends on the
+components is asked of them after pydantic: the embedding registry says which strategies this build
+has, which update their own rows and what a backend's kernels cannot do; the workload says how many
+tables and rows there are. Every entry point that reads a config from outside (a YAML file,
+`--set`, a spec's base and values, the web UI) comes through `validate_run_config`; code handed a
+config that was already checked (a Ray trial) rebuilds it with `RunConfig.model_validate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
+from elastune.embeddings import get_strategy, strategies
+from elastune.embeddings.fbgemm import fbgemm_import_error, run_problems
+from elastune.embeddings.shared import validate_groups
+from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
+from elastune.errors import MISSING, ConfigError, Problem
+from elastune.workloads.data import NUM_SPARSE, table_sizes
+
+__all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
+
+
+def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """Read YAML (or nothing: the embedded defaults), apply `--set` overrides, validate."""
+    raw: dict[str, Any] = {}
+    source = str(path) if path is not None else None
+    if path is not None:
+        raw = read_yaml_mapping(Path(path))
+    raw = apply_overrides(raw, parse_overrides(overrides))
+    return validate_run_config(raw, source=source)
+
+
+def validate_run_config(raw: Mapping[str, Any], source: str | None = None) -> RunConfig:
+    """The RunConfig for `raw`, or one ConfigError with every problem."""
+    cfg, problems = config_problems(raw)
+    if problems or cfg is None:
+        raise ConfigError(problems, source=source)
+    return cfg
+
+
+def config_problems(raw: Mapping[str, Any]) -> tuple[RunConfig | None, list[Problem]]:
+    """(the config, []) or (None or the config, its problems): pydantic's first; the components'
+    once every field is valid (they read a whole config)."""
+    try:
+        cfg = RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        return None, problems_from_validation(exc, RunConfig, raw)
+    return cfg, component_problems(cfg)
+
+
+def component_problems(cfg: RunConfig) -> list[Problem]:
+    """What the embedding registry and the workload refuse in a config pydantic accepted."""
+    emb = cfg.embedding
+    if emb.strategy not in strategies():
+        available = ", ".join(strategies())
+        message = f"strategy {emb.strategy!r} is not available in this build; available: {available}"
+        return [Problem("embedding.strategy", emb.strategy, message)]
+    problems = []
+    if emb.backend == "fbgemm":
+        problems += _fbgemm_problems(cfg)
+    if emb.groups is not None:
+        try:
+            validate_groups(emb.groups, NUM_SPARSE)
+        except ValueError as exc:
+            problems.append(Problem("embedding.groups", emb.groups, str(exc)))
+    # Whole-run rules: their messages name every field involved.
+    if get_strategy(emb.strategy).self_updating and cfg.optimizer.sparse not in ROW_OPTIMIZERS:
+        problems.append(
+            Problem(
+                "config",
+                MISSING,
+                f"embedding.strategy={emb.strategy} updates its own rows and needs a row-wise sparse optimizer, "
+                f"not optimizer.sparse={cfg.optimizer.sparse}; set optimizer.sparse to sgd, adagrad or rowwise_adagrad",
+            )
+        )
+    total = sum(table_sizes(cfg.data.rows_scale))
+    if emb.cache_rows is not None and emb.cache_rows > total:
+        problems.append(
+            Problem(
+                "config",
+                MISSING,
+                f"embedding.cache_rows={emb.cache_rows} is more than the {total} rows of all tables at "
+                f"data.rows_scale={cfg.data.rows_scale}; set it to at most {total}, or use embedding.cache_ratio "
+                "(a share of the rows)",
+            )
+        )
+    return problems
+
+
+def _fbgemm_problems(cfg: RunConfig) -> list[Problem]:
+    emb = cfg.embedding
+    error = fbgemm_import_error()
+    if error is not None:
+        fix = "pip install 'elastune[fbgemm]' or use embedding.backend=torch"
+        return [Problem("embedding.backend", "fbgemm", f"fbgemm_gpu {error}; {fix}")]
+    runs = strategies("fbgemm")
+    if emb.strategy not in runs:
+        return [
+            Problem(
+                "embedding.backend",
+                "fbgemm",
+                f"no fbgemm kernels for embedding.strategy={emb.strategy!r} (the fbgemm backend runs "
+                f"{', '.join(runs)}); pick one of those or use embedding.backend=torch",
+            )
+        ]
+    if emb.strategy == "half" and emb.dtype == "bf16":
+        return [
+            Problem(
+                "embedding.backend",
+                "fbgemm",
+                "fbgemm's CPU kernels store half rows in fp16 only, not embedding.dtype='bf16'; "
+                "set embedding.dtype=fp16 or use embedding.backend=torch",
+            )
+        ]
+    return [Problem("config", MISSING, message) for message in run_problems(cfg)]
