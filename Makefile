@@ -35,6 +35,7 @@ lint: install
 	$(VENV)/bin/ruff check platform jobs ui tests bench
 	$(VENV)/bin/ruff format --check platform jobs ui tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench-estimator: install
 	$(PY) bench/estimator.py

@@ -1,6 +1,6 @@
 """The errors elastune raises on purpose, and the exit code each maps to.
 
-Exit codes (ARCHITECTURE.md): 0 ok, 1 runtime failure, 2 invalid input. Anything that is the
+Exit codes: 0 ok, 1 runtime failure, 2 invalid input. Anything that is the
 user's input being wrong (a config, a spec, a data file, a device the machine lacks) is an
 `InputError` and exits 2 before anything is launched or written.
 """

@@ -1,6 +1,6 @@
 """EDO's broker: one named Ray actor per cluster that holds the policy (policy.py) and nothing else.
 
-Thin on purpose (STYLE.md 7): every decision is the pure policy's; the actor adds a clock, lazy lease
+Thin on purpose: every decision is the pure policy's; the actor adds a clock, lazy lease
 expiry, a timeline of grants and use per device, and a way to be found.
 
 Lifetime: detached, named `elastune_edo_broker` in namespace `elastune`. One device is shared by

@@ -4,7 +4,7 @@ Every read of device memory (CUDA allocator statistics, the process's resident s
 every limit put on it goes through a `DeviceProbe`. Tests substitute a virtual device here and
 nowhere else, so the rest of the code never knows whether a GPU is present.
 
-What each probe measures (ARCHITECTURE.md, "Memory"):
+What each probe measures:
 - CUDA: the caching allocator's peaks since `reset()`: allocated bytes (live tensors) and reserved
   bytes (what the allocator holds from the driver, cache included). Both are reported.
 - CPU: the process's resident-memory high-water mark (VmHWM) above the resident set at `reset()`.

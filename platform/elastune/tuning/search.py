@@ -2,7 +2,7 @@
 estimator screening every proposal before Ray sees it.
 
 Why a subclass of OptunaSearch: Ray Tune tells Optuna an errored trial as FAIL, and TPE ignores
-FAIL trials, so the sampler would never learn where the ceiling is (PEERS.md). Here nothing that is
+FAIL trials, so the sampler would never learn where the ceiling is. Here nothing that is
 over the ceiling, out of memory or below the quality bar is an error: each is told to Optuna as a
 COMPLETE trial whose *constraint* values are positive (`Trial.set_constraint`: <= 0 is feasible;
 TPE models infeasible trials apart), and a proposal the estimator prices over the ceiling is told
