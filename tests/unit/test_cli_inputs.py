@@ -233,3 +233,21 @@ def test_resume_refuses_a_state_folder_that_leads_outside_the_sweeps_home(
     monkeypatch.setenv("ELASTUNE_HOME", str(sweeps.parent))
     refused(["sweep", "--resume", "evil-20261124-101500-ab12"], empty, capsys, "--resume", "is not a sweep id")
     assert list(outside.iterdir()) == []
+
+
+def test_a_number_past_pythons_digit_limit_in_a_yaml_file_names_its_field(
+    empty: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """YAML reads a 5000-digit integer with int(), which Python refuses past 4300 digits: a config or
+    spec file holding one is an input error naming the field, never a traceback."""
+    folder = tmp_path_factory.mktemp("files")
+    run = folder / "run.yaml"
+    run.write_text(f"steps: {'9' * 5000}\n")
+    for command in (["train"], ["estimate"], ["config", "show"]):
+        said = refused([*command, str(run)], empty, capsys, "steps=", "5000 digits", "bounded")
+        assert len(said) < 1000, said
+    raw = yaml.safe_load(Path(QUICK).read_text())
+    raw["search"] = {"seed": 0}
+    spec = folder / "spec.yaml"
+    spec.write_text(yaml.safe_dump(raw).replace("seed: 0", "seed: " + "9" * 5000))
+    refused(["sweep", str(spec)], empty, capsys, "search.seed=", "5000 digits")
