@@ -291,11 +291,26 @@ def apply_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
     return merged
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """yaml.SafeLoader, except that an integer past Python's int-from-text limit (4300 digits) is
+    kept as its text: validation then names the field it was given for, instead of a traceback."""
+
+
+def _int_or_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    try:
+        return loader.construct_yaml_int(node)
+    except ValueError:
+        return loader.construct_scalar(node)
+
+
+_YamlLoader.add_constructor("tag:yaml.org,2002:int", _int_or_text)
+
+
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError([Problem("config", str(path), "file does not exist; give a YAML file path")])
     try:
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = yaml.load(path.read_text(), Loader=_YamlLoader) or {}  # a SafeLoader (see _YamlLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -344,6 +359,8 @@ def _friendly(err: Mapping[str, Any]) -> str:
         return f"must be {op[kind]} {bound}"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
+    if kind == "int_parsing_size":  # past Python's 4300-digit limit: far beyond any bound here
+        return "is a number of thousands of digits; every number here is bounded (elastune config schema)"
     if kind == "missing":
         return "is required"
     return str(err["msg"]).replace("Input should be", "must be")

@@ -181,3 +181,73 @@ def test_json_output_is_valid_json_when_figures_are_not_numbers(
     shown = json.loads(printed, parse_constant=no_constants)
     assert shown["sweep_id"] == "nan-sweep"
     assert "NaN" not in printed and "Infinity" not in printed
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--max-trials", "9" * 5000), ("--max-concurrent", "1.5"), ("--cpus-per-trial", "one"), ("--max-trials", "１２")],
+)
+def test_flags_click_cannot_read_are_usage_errors(
+    flag: str, value: str, empty: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Typer reads int and float flags itself: what it cannot read is a usage error naming the flag."""
+    said = refused(["sweep", QUICK, flag, value], empty, capsys, flag)
+    assert len(said) < 2000, said
+
+
+def test_a_spec_file_whose_name_is_a_path_is_refused(
+    empty: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = yaml.safe_load(Path(QUICK).read_text())
+    spec = tmp_path_factory.mktemp("spec") / "spec.yaml"
+    for name in ["../../x", "a/b", "..", "-rf", "x" * 65, "ünï"]:
+        raw["name"] = name
+        spec.write_text(yaml.safe_dump(raw))
+        refused(["sweep", str(spec)], empty, capsys, "name=", "names the sweep's folder")
+
+
+def test_the_longest_sweep_id_a_spec_can_make_is_a_resumable_id(
+    empty: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 64-character name gives the longest id the list can show; --resume takes it (and then says
+    the store has no such sweep) rather than calling it 'not a sweep id'."""
+    from elastune.tuning.spec import load_sweep_spec
+    from elastune.tuning.sweep import new_sweep_id
+
+    spec = load_sweep_spec(QUICK, ["name=" + "n" * 64])
+    said = refused(["sweep", "--resume", new_sweep_id(spec)], empty, capsys, "no sweeps recorded")
+    assert "is not a sweep id" not in said
+
+
+def test_resume_refuses_a_state_folder_that_leads_outside_the_sweeps_home(
+    empty: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A link planted in the sweeps home is not followed out of it."""
+    outside = tmp_path_factory.mktemp("outside")
+    sweeps = tmp_path_factory.mktemp("elastune-home") / "sweeps"
+    sweeps.mkdir()
+    (sweeps / "evil-20261124-101500-ab12").symlink_to(outside, target_is_directory=True)
+    monkeypatch.setenv("ELASTUNE_HOME", str(sweeps.parent))
+    refused(["sweep", "--resume", "evil-20261124-101500-ab12"], empty, capsys, "--resume", "is not a sweep id")
+    assert list(outside.iterdir()) == []
+
+
+def test_a_number_past_pythons_digit_limit_in_a_yaml_file_names_its_field(
+    empty: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """YAML reads a 5000-digit integer with int(), which Python refuses past 4300 digits: a config or
+    spec file holding one is an input error naming the field, never a traceback."""
+    folder = tmp_path_factory.mktemp("files")
+    run = folder / "run.yaml"
+    run.write_text(f"steps: {'9' * 5000}\n")
+    for command in (["train"], ["estimate"], ["config", "show"]):
+        said = refused([*command, str(run)], empty, capsys, "steps=", "5000 digits", "bounded")
+        assert len(said) < 1000, said
+    raw = yaml.safe_load(Path(QUICK).read_text())
+    raw["search"] = {"seed": 0}
+    spec = folder / "spec.yaml"
+    spec.write_text(yaml.safe_dump(raw).replace("seed: 0", "seed: " + "9" * 5000))
+    refused(["sweep", str(spec)], empty, capsys, "search.seed=", "5000 digits")
