@@ -75,8 +75,8 @@ import torch
 from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
 from elastune.memory.client import Demand, EdoError, edo_session
 from elastune.memory.policy import DeviceSpec
-from elastune.memory.probe import CudaProbe, ElasticProbe, VirtualProbe
 from elastune.training.loop import OutOfMemory, train, warm_up_runtime
+from elastune.training.probe import CudaProbe, ElasticProbe, VirtualProbe
 from elastune.validate import load_run_config
 
 MiB = 2**20

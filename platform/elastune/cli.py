@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -79,6 +80,7 @@ def train(
     ] = False,
 ) -> None:
     """Train one configuration; print throughput, measured and predicted peak memory, quality."""
+    from elastune.memory.estimate import estimate as run_estimate
     from elastune.training.loop import Progress
     from elastune.training.loop import train as run_training
 
@@ -99,6 +101,7 @@ def train(
         err.print(f"  step {p.step:>5}/{p.steps}  loss {p.loss:.4f}  {rate}", highlight=False)
 
     result = run_training(cfg, on_progress=show)
+    result = replace(result, estimated_peak_bytes=run_estimate(cfg).peak_bytes)  # predicted, beside measured
     if format is Format.json:
         print(dumps(_result_dict(result)))
         return

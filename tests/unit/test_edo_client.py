@@ -25,7 +25,7 @@ MiB = 2**20
 
 _PROBE_SCRIPT = """
 import torch
-from elastune.memory.probe import VirtualProbe
+from elastune.training.probe import VirtualProbe
 MiB = 2**20
 probe = VirtualProbe(capacity_bytes=512 * MiB)
 assert (probe.total_bytes(), probe.enforces_limit) == (512 * MiB, False)

@@ -179,7 +179,7 @@ def test_prediction_is_close_to_a_fresh_process_measurement() -> None:
 _VIRTUAL_RUN = """
 import json, sys, torch
 from elastune.validate import load_run_config
-from elastune.memory.probe import VirtualProbe
+from elastune.training.probe import VirtualProbe
 from elastune.training.loop import train
 result = train(load_run_config(None, json.loads(sys.argv[1])), probe=VirtualProbe(1 << 40))
 print(result.peak_memory_bytes)

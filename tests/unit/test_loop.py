@@ -11,7 +11,6 @@ import pytest
 import torch
 from elastune.config import RunConfig
 from elastune.errors import DeviceError
-from elastune.memory.estimate import estimate
 from elastune.training.loop import OutOfMemory, train
 from elastune.workloads.data import table_sizes
 
@@ -115,6 +114,6 @@ def test_result_reports_what_it_measured(tiny_cfg: MakeCfg) -> None:
     assert r.samples_per_s > 0
     assert r.peak_memory_kind == ("cuda_reserved" if cfg.device.startswith("cuda") else "cpu_rss_hwm")
     assert r.peak_memory_bytes >= 3 * table  # the table, its gradient and Adam's two moments
-    assert r.estimated_peak_bytes == estimate(cfg).peak_bytes
+    assert r.estimated_peak_bytes is None  # the loop measures; `elastune train` attaches the prediction
     assert 0.0 <= r.val_auc <= 1.0
     assert r.config["batch"]["micro"] == 64

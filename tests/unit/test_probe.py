@@ -19,7 +19,7 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import json, sys, torch
-    from elastune.memory.probe import CpuProbe, VirtualProbe
+    from elastune.training.probe import CpuProbe, VirtualProbe
     MiB = 2**20
     def rss():
         for line in open("/proc/self/status"):

@@ -1,5 +1,6 @@
-"""Device memory: what a run uses (probe.py, the one seam to the hardware), what it will use
-(estimate.py), and how trials share a device (EDO: policy.py, broker.py, client.py, status_cli.py).
+"""Device memory: what a run will use (estimate.py), and how trials share a device (EDO: policy.py,
+broker.py, client.py, status_cli.py). What a run uses is measured by training/probe.py, the one
+seam to the hardware, below both.
 
 The EDO names below are re-exported lazily, so importing `elastune.memory` pulls in neither Ray
 nor torch (the broker actor's process imports only the policy).
@@ -35,11 +36,12 @@ _HOME = {
     "edo_session": "client",
     "plan_demand": "client",
     "DeviceSpec": "policy",
-    "VirtualProbe": "probe",
+    "VirtualProbe": "elastune.training.probe",  # the measuring seam lives with the loop that uses it
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _HOME:
-        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+        home = _HOME[name]
+        return getattr(importlib.import_module(home if "." in home else f"{__name__}.{home}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@
   a trial that dies (SIGKILL) simply stops renewing its lease.
 - Each step boundary (`EdoBoundary`, the loop's `StepBoundary`; the first is before step 1): read
   the step's peak from the probe
-  (memory/probe.py, the one seam), then apply what the broker said:
+  (training/probe.py, the one seam), then apply what the broker said:
   * a shrink request: re-shape to fit the target: the cached tables' device rows first, then the
     micro-batch (halved, accumulation doubled: the effective batch stays exact). The next step runs
     in the new shape and is measured; once its peak fits, confirm (two-phase: the broker frees the
@@ -47,8 +47,8 @@ from elastune.embeddings.cached import CachedEmbedding
 from elastune.errors import ElastuneError, InputError
 from elastune.memory.broker import broker_unreachable, get_broker
 from elastune.memory.policy import DeviceSpec, Grant
-from elastune.memory.probe import ElasticProbe
 from elastune.training.checkpoint import LoopState
+from elastune.training.probe import ElasticProbe
 
 __all__ = ["Demand", "EdoBoundary", "EdoError", "edo_session", "plan_demand"]
 

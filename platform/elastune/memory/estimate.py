@@ -17,7 +17,7 @@ the overhead model below adds it and is calibrated against measured peaks (bench
 figures in bench/RESULTS.md):
 
 - CPU (`cpu_rss_hwm`, resident-set high-water mark). The probe pins glibc's malloc
-  (memory/probe.py, `pin_heap`): blocks under 32 MiB come from a heap that is never trimmed, larger
+  (training/probe.py, `pin_heap`): blocks under 32 MiB come from a heap that is never trimmed, larger
   ones are mapped and returned on free. Left adaptive, glibc made the same run's peak bimodal (98
   or 135 MiB), which no model can predict. In the pinned regime the resident peak exceeds the
   traced peak by: a fixed amount (runtime, autograd bookkeeping, the data stream, kernels' own
@@ -88,8 +88,8 @@ from elastune.embeddings.full import feature_offsets
 from elastune.embeddings.self_updating import SelfUpdatingEmbedding
 from elastune.embeddings.sparse_optim import traced_distinct_rows
 from elastune.errors import DataError
-from elastune.memory.probe import HEAP_MMAP_THRESHOLD
 from elastune.training.precision import autocast_for, resolve_device
+from elastune.training.probe import HEAP_MMAP_THRESHOLD
 from elastune.workloads import build_workload
 from elastune.workloads.data import NUM_DENSE, Batch
 
@@ -203,7 +203,7 @@ def _distinct_rows(workload: str, data_json: str, micro: int, eval_batch: int) -
 
 def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
     """What `training.loop.train` allocates, step for step, on fake tensors."""
-    from elastune.training.loop import forward_backward  # the loop imports this module lazily
+    from elastune.training.loop import forward_backward  # lazy: the loop pulls in the workloads
     from elastune.training.optim import Optimizers
 
     workload = build_workload(cfg)

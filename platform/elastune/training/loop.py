@@ -21,11 +21,11 @@ from torch import nn
 
 from elastune.config import RunConfig
 from elastune.errors import ElastuneError
-from elastune.memory.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.checkpoint import LoopState, check_checkpoint, load_checkpoint, save_checkpoint
 from elastune.training.oom import is_oom, shrink
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for, check_precision, grad_scaler, resolve_device
+from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.workloads import Workload, build_workload
 from elastune.workloads.data import Batch
 
@@ -143,10 +143,8 @@ def train(
     # elastune checkpoint. Checked now, not when it is read or written after the model is built.
     writes = parallel is None or parallel.rank == 0  # ranks hold the same weights: rank 0 writes
     check_checkpoint(cfg.checkpoint, cfg.to_dict(), writes=writes)
-    from elastune.memory.estimate import estimate  # lazy: the estimator imports this module
     from elastune.training.metrics import evaluate  # lazy: scikit-learn (2 s to import) is not the estimator's
 
-    estimated = estimate(cfg).peak_bytes
     torch.manual_seed(cfg.seed)
     workload = build_workload(cfg)
     autocast = autocast_for(cfg.precision, device)
@@ -248,7 +246,7 @@ def train(
         peak_memory_bytes=peak.peak_bytes,
         peak_memory_kind=peak.kind,
         peak_allocated_bytes=peak.allocated_bytes,
-        estimated_peak_bytes=estimated,
+        estimated_peak_bytes=None,  # the caller attaches the prediction it made (the loop measures)
         val_logloss=quality.logloss,
         val_auc=quality.auc,
         baseline_logloss=quality.baseline_logloss,

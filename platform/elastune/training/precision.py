@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 import torch
 
 from elastune.errors import DeviceError
-from elastune.memory import probe
+from elastune.training import probe
 
 __all__ = ["autocast_for", "check_precision", "resolve_device"]
 

@@ -94,6 +94,8 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     spec = SweepSpec.model_validate(context.spec)
     cfg = spec.trial_config({k: v for k, v in config.items() if not k.startswith(META_PREFIX)})
     limits = _limits(cfg, spec, context)
+    # The searcher priced the proposal for this trial's device already; the reference was not priced.
+    limits["estimate"] = config.get(ESTIMATE_KEY) or _estimate(cfg)
     if spec.resources.workers_per_trial > 1:
         _run_worker_group(cfg, spec, limits)
         return
@@ -136,9 +138,9 @@ def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) 
     from elastune.memory.broker import ensure_broker
     from elastune.memory.client import edo_session, plan_demand
     from elastune.memory.policy import DeviceSpec
-    from elastune.memory.probe import CudaProbe, VirtualProbe
     from elastune.training.loop import train
     from elastune.training.precision import resolve_device
+    from elastune.training.probe import CudaProbe, VirtualProbe
 
     device = resolve_device(cfg.device)
     node = ray.get_runtime_context().get_node_id()[:12]
@@ -398,6 +400,12 @@ class WorkerGroupReaper(Callback):
             remove_placement_group(PlacementGroup(ray.PlacementGroupID.from_hex(group)))
 
 
+def _estimate(cfg: RunConfig) -> int:
+    from elastune.memory.estimate import estimate  # lazy: the fake-tensor trace is heavy to import
+
+    return estimate(cfg).peak_bytes
+
+
 def _limits(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
     return {
         "ceiling": spec.constraints.memory_ceiling,
@@ -427,7 +435,7 @@ def final_metrics(result: Any, loop_config: dict[str, Any]) -> dict[str, Any]:
         "samples_per_s": result.samples_per_s,
         "peak_memory_bytes": result.peak_memory_bytes,
         "peak_memory_kind": result.peak_memory_kind,
-        "estimated_peak_bytes": result.estimated_peak_bytes,
+        "estimated_peak_bytes": loop_config.get("estimate"),
         "val_logloss": result.val_logloss,
         "val_auc": result.val_auc,
         "oom_retries": result.oom_retries,

@@ -26,8 +26,8 @@ import torch
 from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
 from elastune.memory.client import Demand, EdoError, edo_session
 from elastune.memory.policy import DeviceSpec
-from elastune.memory.probe import VirtualProbe
 from elastune.training.loop import OutOfMemory, train
+from elastune.training.probe import VirtualProbe
 from elastune.validate import load_run_config
 
 pytestmark = pytest.mark.integration
