@@ -76,10 +76,10 @@ def load_spec(path: Path = SPACE) -> Any:
 
 def grid_points(spec: Any) -> list[dict[str, Any]]:
     """Every point of the spec's conditional product, in spec order, as the sweep's grid search
-    enumerates it (elastune.tuning.cheapest.grid_points)."""
-    from elastune.tuning.cheapest import grid_points as enumerate_grid
+    enumerates it (elastune.tuning.space.grid_points)."""
+    from elastune.tuning.space import grid_points as enumerate_grid
 
-    return list(enumerate_grid(spec))
+    return list(enumerate_grid(spec.parameters))
 
 
 def point_key(params: dict[str, Any]) -> str:
@@ -287,7 +287,8 @@ def replay(
     at no cost; a repeated one is answered by the searcher from memory and is no trial.
     `tpe_options` (an experiment, not what the sweep does): TPESampler(seed=seed, **tpe_options)."""
     import optuna
-    from elastune.tuning.search import CONSTRAINTS_ATTR, SCREENED, ScreeningSearch, make_sampler
+    from elastune.tuning.keys import CONSTRAINTS_ATTR
+    from elastune.tuning.search import SCREENED, ScreeningSearch, make_sampler
 
     search = spec.search.model_copy(update={"algorithm": algorithm, "seed": seed})
     sampler_spec = spec.model_copy(

@@ -9,8 +9,9 @@ from typing import Any
 import optuna
 import pytest
 from elastune.config import RunConfig
-from elastune.tuning.cheapest import grid_points
-from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, param_key, screen
+from elastune.tuning.pricing import screen
+from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, param_key
+from elastune.tuning.space import grid_points
 from elastune.tuning.spec import validate_sweep_spec
 from elastune.tuning.trial import oom_metrics
 
@@ -124,7 +125,7 @@ def test_each_config_is_handed_out_once_then_the_sweep_ends(algorithm: str, para
     spec = validate_sweep_spec(tiny_spec(**changes))
     s = ScreeningSearch(spec, "unit-once", metric="samples_per_s", mode="max")
     configs = drain(s)
-    expected = grid_points(spec)
+    expected = grid_points(spec.parameters)
     assert sorted(map(param_key, configs)) == sorted(map(param_key, expected))  # each once, all of them
     assert s.proposed == len(expected)
 

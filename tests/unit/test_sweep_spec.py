@@ -45,9 +45,9 @@ def test_every_shipped_spec_validates(path: Path) -> None:
     parsed = load_sweep_spec(path)
     assert parsed.parameters
     # Every proposal the space can make is a valid RunConfig (the ends of each range, every choice).
-    from elastune.tuning.cheapest import candidate_points
+    from elastune.tuning.space import candidate_points
 
-    for params in candidate_points(parsed):
+    for params in candidate_points(parsed.parameters):
         parsed.trial_config(params)
 
 
@@ -146,10 +146,11 @@ def test_ceiling_below_the_smallest_config_fails_preflight() -> None:
 
 
 def test_preflight_stops_at_the_first_config_under_the_ceiling() -> None:
-    from elastune.tuning.cheapest import candidate_points, cheapest_estimate
+    from elastune.tuning.pricing import cheapest_estimate
+    from elastune.tuning.space import candidate_points
 
     parsed = validate_sweep_spec(spec())
-    first = candidate_points(parsed)[0]  # full x micro 64: not the cheapest (hashed is 4x smaller)
+    first = candidate_points(parsed.parameters)[0]  # full x micro 64: not the cheapest (hashed is 4x smaller)
     smallest, cheapest = cheapest_estimate(parsed)
     assert cheapest != first
     # Any config fits under a generous ceiling: the first one priced answers the preflight.

@@ -18,11 +18,11 @@ from typing import Any
 
 from ray.tune import Callback
 
-from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
-from elastune.tuning.trial import ESTIMATE_KEY
+from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord, TrialStatus
+from elastune.tuning.keys import ESTIMATE_KEY, FINAL_KEY, META_PREFIX, NUMBER_KEY
 from elastune.units import human_bytes
 
-__all__ = ["STOPPING", "SweepCallback", "progress_line"]
+__all__ = ["STOPPING", "SweepCallback", "progress_line", "trial_record_from_metrics"]
 
 PRINT_EVERY_S = 15.0
 STOPPING: set[str] = set()  # ids of the sweeps whose driver was told to stop (a signal), in this process
@@ -52,8 +52,6 @@ class SweepCallback(Callback):
         self._save(self._from_trial(trial, status="running", metrics={}))
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        from elastune.tuning.sweep import trial_record_from_metrics
-
         base = self._from_trial(trial, status="running", metrics={})
         done = trial_record_from_metrics(
             base.trial_id, base.number, base.params, base.config, dict(trial.last_result or {})
@@ -114,16 +112,42 @@ class SweepCallback(Callback):
     def _from_trial(self, trial: Any, status: str, metrics: dict[str, Any]) -> TrialRecord:
         self._ensure()
         config = dict(trial.config)
-        params = {k: v for k, v in config.items() if not k.startswith("elastune_")}
+        params = {k: v for k, v in config.items() if not k.startswith(META_PREFIX)}
         cfg = self._spec.trial_config(params)
         return TrialRecord(
             trial_id=str(trial.trial_id),
-            number=int(config.get("elastune_number", -1)),
+            number=int(config.get(NUMBER_KEY, -1)),
             status=status,  # type: ignore[arg-type]
             params=params,
             config=cfg.to_dict(),
             estimated_peak_bytes=config.get(ESTIMATE_KEY),
         )
+
+
+def trial_record_from_metrics(
+    trial_id: str, number: int, params: dict[str, Any], config: dict[str, Any], metrics: dict[str, Any]
+) -> TrialRecord:
+    """A finished (or stopped) trial's record from its last report."""
+    final = bool(metrics.get(FINAL_KEY))
+    status: TrialStatus = metrics.get("status", "ok") if final else ("pruned" if metrics else "failed")
+    return TrialRecord(
+        trial_id=trial_id,
+        number=number,
+        status=status,
+        params=params,
+        config=config,
+        estimated_peak_bytes=metrics.get("estimated_peak_bytes"),
+        samples_per_s=metrics.get("samples_per_s"),
+        peak_memory_bytes=metrics.get("peak_memory_bytes"),
+        peak_memory_kind=metrics.get("peak_memory_kind"),
+        val_logloss=metrics.get("val_logloss"),
+        val_auc=metrics.get("val_auc"),
+        oom_retries=int(metrics.get("oom_retries") or 0),
+        steps=metrics.get("step"),
+        quality_ok=metrics.get("quality_ok"),
+        error=metrics.get("error") or (None if metrics else "the trial reported nothing"),
+        node=metrics.get("node"),
+    )
 
 
 def progress_line(record: SweepRecord) -> str:

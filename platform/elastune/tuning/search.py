@@ -19,7 +19,6 @@ instead, drawn at random; when every point is known, the sweep ends.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Callable, Mapping
@@ -32,11 +31,12 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from elastune.tracking.records import TrialRecord
-from elastune.tuning.spec import FloatParam, IntParam, SweepSpec
-from elastune.tuning.trial import ESTIMATE_KEY
+from elastune.tuning.keys import CONSTRAINTS_ATTR, ESTIMATE_KEY, NUMBER_KEY
+from elastune.tuning.pricing import screen
+from elastune.tuning.space import FloatParam, IntParam, grid_points
+from elastune.tuning.spec import SweepSpec
 
 __all__ = [
-    "CONSTRAINTS_ATTR",
     "MAX_REPEATS",
     "SCREENED",
     "Screened",
@@ -47,13 +47,11 @@ __all__ = [
     "make_sampler",
     "param_key",
     "records_for_screened",
-    "screen",
     "set_constraints",
 ]
 
 log = logging.getLogger(__name__)
 
-CONSTRAINTS_ATTR = "elastune_constraints"  # in a trial's final report: {"memory": x, "quality": y}
 # Asks per suggestion that may land on known configs before an unseen point is drawn instead: an
 # ask and a repeat told from memory cost milliseconds, a trial minutes.
 MAX_REPEATS = 8
@@ -168,9 +166,7 @@ class ScreeningSearch(OptunaSearch):
         self._points = discrete_points(spec)  # None: continuous (or huge), so it cannot be exhausted
         self._max_trials = spec.budget.max_trials
         if spec.search.algorithm == "grid":
-            from elastune.tuning.cheapest import grid_points
-
-            self._max_trials = min(self._max_trials, len(self._points or grid_points(spec)))
+            self._max_trials = min(self._max_trials, len(self._points or grid_points(spec.parameters)))
         self._known: dict[ParamKey, int] = {}  # proposed config -> its Optuna trial number
         self._rng = random.Random(spec.search.seed)  # draws unseen points when the sampler only repeats
         self.proposed = 0  # launched or screened: what counts against max_trials
@@ -191,7 +187,7 @@ class ScreeningSearch(OptunaSearch):
             if fits:
                 # Carried in the trial's config so the driver's callback sees them, also after a
                 # restore; the trainable drops every elastune_* key before building the RunConfig.
-                return {**params, "elastune_number": number, ESTIMATE_KEY: predicted}
+                return {**params, NUMBER_KEY: number, ESTIMATE_KEY: predicted}
             ot_trial = self._ot_trials.pop(trial_id)
             ceiling = spec.constraints.memory_ceiling or 1
             set_constraints(ot_trial, {"memory": ((predicted or ceiling) - ceiling) / ceiling + 1e-9, "quality": 0.0})
@@ -260,36 +256,6 @@ class ScreeningSearch(OptunaSearch):
         return self._ot_study
 
 
-_PRICED: dict[tuple[str, str], int] = {}  # (config as JSON, device) -> predicted peak bytes
-
-
-def predicted_peak(spec: SweepSpec, params: Mapping[str, Any]) -> int:
-    """A proposal's predicted peak bytes, priced for the device its trial runs on. A prediction
-    depends on the config and the device alone, so each is traced once per process (the preflight's
-    and the searcher's pricing of one config, a resumed sweep's re-proposals)."""
-    import torch
-
-    from elastune.memory.estimate import estimate  # lazy: pulls in torch's fake-tensor machinery
-
-    cfg = spec.trial_config(params)
-    device = spec.trial_device(cfg)
-    key = (json.dumps(cfg.to_dict(), sort_keys=True), device)
-    if key not in _PRICED:
-        _PRICED[key] = estimate(cfg, torch.device(device)).peak_bytes
-    return _PRICED[key]
-
-
-def screen(spec: SweepSpec, params: Mapping[str, Any]) -> tuple[bool, int | None, str]:
-    """(fits, predicted peak bytes, reason) for one proposal. Without a ceiling, everything fits."""
-    ceiling = spec.constraints.memory_ceiling
-    if ceiling is None:
-        return True, None, ""
-    predicted = predicted_peak(spec, params)
-    if predicted > ceiling:
-        return False, predicted, f"predicted peak {predicted} B is over the memory ceiling {ceiling} B"
-    return True, predicted, ""
-
-
 def param_key(params: Mapping[str, Any]) -> ParamKey:
     """A proposal's identity: its flat parameters, floats to 12 significant digits so that the
     grid's and the sampler's spelling of one step of a range compare equal."""
@@ -305,9 +271,7 @@ def discrete_points(spec: SweepSpec, limit: int = DISCRETE_LIMIT) -> list[dict[s
             return None
         if isinstance(param, IntParam) and param.log and param.step != 1:
             return None
-    from elastune.tuning.cheapest import grid_points
-
-    points = grid_points(spec, limit=limit + 1)
+    points = grid_points(spec.parameters, limit=limit + 1)
     return points if len(points) <= limit else None
 
 

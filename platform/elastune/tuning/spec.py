@@ -28,12 +28,13 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
 from elastune.errors import MISSING, ConfigError, Problem
+from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points
 from elastune.units import MAX_BYTES, parse_bytes
 from elastune.validate import component_problems, config_problems
 
@@ -53,42 +54,12 @@ __all__ = [
 ]
 
 
-class _Section(BaseModel):
-    # Finite numbers only, each bounded (below): a spec may come from a remote client (the web UI).
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
 _BIG = 10**12  # a bound for a searched int or float: finite, far beyond any real range
 
 
-class _Param(_Section):
-    when: dict[str, list[Any]] | None = Field(
-        None, description="Draw this parameter only when each named parameter took one of the listed values."
-    )
-
-
-class ChoiceParam(_Param):
-    type: Literal["choice"]
-    values: list[Any] = Field(min_length=1, max_length=1000, description="The candidates, tried as given.")
-
-
-class IntParam(_Param):
-    type: Literal["int"]
-    low: int = Field(ge=-_BIG, le=_BIG)
-    high: int = Field(ge=-_BIG, le=_BIG)
-    log: bool = False
-    step: int = Field(1, ge=1, le=_BIG)
-
-
-class FloatParam(_Param):
-    type: Literal["float"]
-    low: float = Field(ge=-_BIG, le=_BIG)
-    high: float = Field(ge=-_BIG, le=_BIG)
-    log: bool = False
-    step: float | None = Field(None, gt=0, le=_BIG)
-
-
-Parameter = Annotated[ChoiceParam | IntParam | FloatParam, Field(discriminator="type")]
+class _Section(BaseModel):
+    # Finite numbers only, each bounded: a spec may come from a remote client (the web UI).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Objective(_Section):
@@ -427,10 +398,8 @@ def _condition_problems(spec: SweepSpec, where: str, param: Parameter, earlier: 
 def _combination_problems(spec: SweepSpec, limit: int = 3) -> list[Problem]:
     """Values valid one at a time can still clash (optimizer.sparse=adam with strategy=half): try
     the space's corner combinations and name the first few that are not a valid run config."""
-    from elastune.tuning.cheapest import candidate_points  # lazy: cheapest imports this module
-
     out: list[Problem] = []
-    for params in candidate_points(spec):
+    for params in candidate_points(spec.parameters):
         try:
             problems = component_problems(spec.trial_config(params))
         except ValidationError as exc:

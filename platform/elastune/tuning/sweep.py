@@ -28,8 +28,8 @@ from typing import Any
 from ray.exceptions import AuthenticationError
 
 from elastune.errors import ConfigError, ElastuneError, InputError, Problem
-from elastune.tracking.records import SweepRecord, TrialRecord, TrialStatus
-from elastune.tuning.progress import STOPPING, SweepCallback
+from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tuning.progress import STOPPING, SweepCallback, trial_record_from_metrics
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
 
@@ -425,40 +425,12 @@ def _run_reference(
     return trial
 
 
-def trial_record_from_metrics(
-    trial_id: str, number: int, params: dict[str, Any], config: dict[str, Any], metrics: dict[str, Any]
-) -> TrialRecord:
-    """A finished (or stopped) trial's record from its last report."""
-    from elastune.tuning.trial import FINAL_KEY
-
-    final = bool(metrics.get(FINAL_KEY))
-    status: TrialStatus = metrics.get("status", "ok") if final else ("pruned" if metrics else "failed")
-    return TrialRecord(
-        trial_id=trial_id,
-        number=number,
-        status=status,
-        params=params,
-        config=config,
-        estimated_peak_bytes=metrics.get("estimated_peak_bytes"),
-        samples_per_s=metrics.get("samples_per_s"),
-        peak_memory_bytes=metrics.get("peak_memory_bytes"),
-        peak_memory_kind=metrics.get("peak_memory_kind"),
-        val_logloss=metrics.get("val_logloss"),
-        val_auc=metrics.get("val_auc"),
-        oom_retries=int(metrics.get("oom_retries") or 0),
-        steps=metrics.get("step"),
-        quality_ok=metrics.get("quality_ok"),
-        error=metrics.get("error") or (None if metrics else "the trial reported nothing"),
-        node=metrics.get("node"),
-    )
-
-
 def check_ceiling(spec: SweepSpec) -> None:
     """Refuse a ceiling below the cheapest config the space can propose (nothing could run)."""
     ceiling = spec.constraints.memory_ceiling
     if ceiling is None:
         return
-    from elastune.tuning.cheapest import cheapest_estimate
+    from elastune.tuning.pricing import cheapest_estimate
 
     smallest, params = cheapest_estimate(spec, enough=ceiling)  # stops at the first point that fits
     if smallest > ceiling:

@@ -45,10 +45,9 @@ from typing import Any
 from ray.tune import Callback
 
 from elastune.config import RunConfig
+from elastune.tuning.keys import CONSTRAINTS_ATTR, ESTIMATE_KEY, FINAL_KEY, GROUP_KEY, META_PREFIX
 
 __all__ = [
-    "FINAL_KEY",
-    "GROUP_KEY",
     "TrialContext",
     "WorkerGroupReaper",
     "final_metrics",
@@ -57,10 +56,6 @@ __all__ = [
     "run_trial",
 ]
 
-FINAL_KEY = "elastune_final"  # present (True) only in a trial's last report: it ran to the end
-META_PREFIX = "elastune_"  # keys the searcher adds to a trial's config (number, estimate)
-ESTIMATE_KEY = "elastune_estimate"  # the searcher's predicted peak bytes for the trial's config
-GROUP_KEY = "train_placement_group"  # a worker group's reports: its placement group's id (hex)
 DRIVER_MEMORY = 256 * 2**20  # what a worker group's driver asks Tune for instead of a CPU
 
 
@@ -418,8 +413,6 @@ def _limits(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
 def final_metrics(result: Any, loop_config: dict[str, Any]) -> dict[str, Any]:
     """The last report: measured figures, the trial's status, and Optuna's constraint values
     (<= 0 feasible): [memory over the ceiling, log loss over the tolerated reference]."""
-    from elastune.tuning.search import CONSTRAINTS_ATTR
-
     ceiling, tolerance, ref = loop_config["ceiling"], loop_config["tolerance"], loop_config["reference_logloss"]
     memory, quality, quality_ok = constraint_values(
         result.peak_memory_bytes, result.val_logloss, ceiling, tolerance, ref
@@ -459,8 +452,6 @@ def constraint_values(
 def replayed_report(trial: Any, ceiling: int | None, tolerance: float | None, ref: float | None) -> dict[str, Any]:
     """The last report of a trial that already ended, rebuilt from its record (see
     TrialContext.finished): the same figures, so the searcher and ASHA hear what they heard."""
-    from elastune.tuning.search import CONSTRAINTS_ATTR
-
     report = {
         FINAL_KEY: trial.status != "pruned",  # a pruned trial never sent a final report
         "status": trial.status,
@@ -486,8 +477,6 @@ def replayed_report(trial: Any, ceiling: int | None, tolerance: float | None, re
 
 
 def oom_metrics(cfg: RunConfig, error: str) -> dict[str, Any]:
-    from elastune.tuning.search import CONSTRAINTS_ATTR
-
     return {
         FINAL_KEY: True,
         "status": "oom",

@@ -1,0 +1,106 @@
+"""A sweep's search space: its parameter types and the points they span.
+
+A parameter is a choice, an int range or a float range (log scale and step optional), drawn only
+`when` every named parameter drawn before it took one of the listed values. The enumerations serve
+the preflight (the corners of the space, where the cheapest config must lie: memory is monotone in
+each numeric knob) and grid search (every point of a discrete space).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ChoiceParam", "FloatParam", "IntParam", "Parameter", "candidate_points", "grid_points"]
+
+_BIG = 10**12  # a bound for a searched int or float: finite, far beyond any real range
+
+
+class _Section(BaseModel):
+    # Finite numbers only, each bounded (below): a spec may come from a remote client (the web UI).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class _Param(_Section):
+    when: dict[str, list[Any]] | None = Field(
+        None, description="Draw this parameter only when each named parameter took one of the listed values."
+    )
+
+
+class ChoiceParam(_Param):
+    type: Literal["choice"]
+    values: list[Any] = Field(min_length=1, max_length=1000, description="The candidates, tried as given.")
+
+
+class IntParam(_Param):
+    type: Literal["int"]
+    low: int = Field(ge=-_BIG, le=_BIG)
+    high: int = Field(ge=-_BIG, le=_BIG)
+    log: bool = False
+    step: int = Field(1, ge=1, le=_BIG)
+
+
+class FloatParam(_Param):
+    type: Literal["float"]
+    low: float = Field(ge=-_BIG, le=_BIG)
+    high: float = Field(ge=-_BIG, le=_BIG)
+    log: bool = False
+    step: float | None = Field(None, gt=0, le=_BIG)
+
+
+Parameter = Annotated[ChoiceParam | IntParam | FloatParam, Field(discriminator="type")]
+
+
+MAX_COMBINATIONS = 48
+
+
+def candidate_points(parameters: Mapping[str, Parameter]) -> list[dict[str, Any]]:
+    """Combinations of each parameter's extreme values, conditions applied, duplicates dropped."""
+    options: list[tuple[str, list[Any]]] = []
+    for name, param in parameters.items():
+        if isinstance(param, ChoiceParam):
+            values = list(param.values)
+            if len(values) > 3 and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                values = [min(values), max(values)]
+        else:
+            values = [param.low, param.high]
+        options.append((name, values))
+    return _combine(parameters, options, MAX_COMBINATIONS)
+
+
+def grid_points(parameters: Mapping[str, Parameter], limit: int = 100_000) -> list[dict[str, Any]]:
+    """Every distinct proposal of a discrete space (what grid search enumerates), conditions applied."""
+    options: list[tuple[str, list[Any]]] = []
+    for name, param in parameters.items():
+        if isinstance(param, ChoiceParam):
+            options.append((name, list(param.values)))
+        elif isinstance(param, IntParam):
+            options.append((name, list(range(param.low, param.high + 1, param.step))))
+        else:
+            assert param.step is not None, "grid specs give floats a step (check_spec enforces it)"
+            count = round((param.high - param.low) / param.step) + 1
+            options.append((name, [param.low + i * param.step for i in range(count)]))
+    return _combine(parameters, options, limit)
+
+
+def _combine(
+    parameters: Mapping[str, Parameter], options: list[tuple[str, list[Any]]], limit: int
+) -> list[dict[str, Any]]:
+    points: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for combo in itertools.product(*(values for _, values in options)):
+        drawn: dict[str, Any] = {}
+        for (name, _), value in zip(options, combo, strict=True):
+            when = parameters[name].when or {}
+            if all(key in drawn and drawn[key] in allowed for key, allowed in when.items()):
+                drawn[name] = value
+        key = repr(sorted(drawn.items()))
+        if key not in seen:
+            seen.add(key)
+            points.append(drawn)
+        if len(points) >= limit:
+            break
+    return points
