@@ -9,7 +9,6 @@ import secrets
 import sys
 import time
 from dataclasses import replace
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +19,7 @@ from rich.table import Table
 
 from elastune.config import RunConfig
 from elastune.errors import ElastuneError, InputError
-from elastune.jsonout import dumps
+from elastune.jsonout import Format, dumps
 from elastune.units import human_bytes
 from elastune.validate import load_run_config
 
@@ -40,11 +39,6 @@ app.add_typer(__import__("elastune.memory.status_cli", fromlist=["edo_app"]).edo
 # Wide enough for the sweep summary when output goes to a file or a pipe (rich assumes 80 there).
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
 
 
 ConfigArg = Annotated[Path | None, typer.Argument(help="YAML run config; without it the embedded defaults are used.")]

@@ -1,4 +1,5 @@
-"""JSON for scripts: what `--format json` prints is always valid JSON.
+"""Output for people or for scripts: the `--format` choice every command offers, and JSON that is
+always valid.
 
 Python's `json` writes NaN and Infinity as bare `NaN` / `Infinity`, which JSON has no word for and
 strict parsers (jq, JavaScript's JSON.parse, Go) refuse. A figure that is not a finite number (a
@@ -10,9 +11,17 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
-__all__ = ["dumps", "finite"]
+__all__ = ["Format", "dumps", "finite"]
+
+
+class Format(StrEnum):
+    """`--format`: a table for people, JSON for scripts."""
+
+    table = "table"
+    json = "json"
 
 
 def finite(value: Any) -> Any:

@@ -7,7 +7,6 @@ starts one), reads `broker.read_status()`, prints, disconnects.
 from __future__ import annotations
 
 import logging
-from enum import Enum
 from typing import Annotated, Any
 
 import typer
@@ -15,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from elastune.errors import ElastuneError, InputError
-from elastune.jsonout import dumps
+from elastune.jsonout import Format, dumps
 from elastune.units import human_bytes
 
 __all__ = ["edo_app"]
@@ -24,16 +23,11 @@ edo_app = typer.Typer(help="EDO: several trials sharing one device's memory.", n
 NO_BROKER = "no EDO broker is running on this cluster"
 
 
-class _Format(str, Enum):
-    table = "table"
-    json = "json"
-
-
 @edo_app.command()
 def status(
     format: Annotated[
-        _Format, typer.Option("--format", "-f", help="table for people, json for scripts.")
-    ] = _Format.table,
+        Format, typer.Option("--format", "-f", help="table for people, json for scripts.")
+    ] = Format.table,
     address: Annotated[
         str | None,
         typer.Option("--address", help="The cluster's GCS address HOST:PORT; default: RAY_ADDRESS or the local one."),
@@ -45,7 +39,7 @@ def status(
     if report is None:
         print(NO_BROKER)
         return
-    if format is _Format.json:
+    if format is Format.json:
         print(dumps(report))
         return
     console = Console()
