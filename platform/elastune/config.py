@@ -20,6 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from elastune.dotted import set_path
 from elastune.errors import MISSING, ConfigError, Problem
 
 __all__ = [
@@ -274,7 +275,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except (yaml.YAMLError, ValueError):  # ValueError: an int past Python's 4300-digit limit
             value = raw  # not YAML: keep the text and let validation say what it should be
-        _set_path(nested, key.split("."), value)
+        set_path(nested, key.split("."), value)
     if problems:
         raise ConfigError(problems, source="--set")
     return nested
@@ -318,15 +319,6 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise ConfigError([Problem("config", str(path), "must be a YAML mapping of keys to values")])
     return loaded
-
-
-def _set_path(target: dict[str, Any], keys: list[str], value: Any) -> None:
-    for key in keys[:-1]:
-        child = target.get(key)
-        if not isinstance(child, dict):
-            child = target[key] = {}
-        target = child
-    target[keys[-1]] = value
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from elastune.config import RunConfig, parse_overrides
+from elastune.dotted import flatten
 from elastune.errors import ConfigError, Problem
 
 __all__ = ["CLIENT_KEYS", "client_checkpoint", "override_problems", "stored_config_problems"]
@@ -78,7 +79,7 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
     A key that names a whole section (`batch={micro: 8}`) is checked key by key, so a section
     cannot smuggle in a closed field. Keys the config does not have, and malformed pairs, are left
     to the config's own validation (which suggests the key meant)."""
-    known = {leaf for leaf, _ in _leaves(RunConfig().to_dict())}
+    known = set(flatten(RunConfig().to_dict()))
     problems: list[Problem] = []
     for item in sets:
         _, sep, _ = item.partition("=")
@@ -88,7 +89,7 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
             nested = parse_overrides([item])
         except ConfigError:
             continue
-        for leaf, value in _leaves(nested):
+        for leaf, value in flatten(nested).items():
             if leaf in known and leaf not in CLIENT_KEYS:
                 problems.append(Problem(f"{field}.{leaf}", value, _refusal(leaf)))
     return problems
@@ -97,9 +98,9 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
 def stored_config_problems(raw: Mapping[str, Any], field: str = "from_sweep") -> list[Problem]:
     """Problems of a config read back from the tracking store: a key outside CLIENT_KEYS whose value
     is not its default (the stored config is a full dump, so closed keys appear at their defaults)."""
-    defaults = dict(_leaves(RunConfig().to_dict()))
+    defaults = flatten(RunConfig().to_dict())
     problems = []
-    for leaf, value in _leaves(raw):
+    for leaf, value in flatten(raw).items():
         if leaf in CLIENT_KEYS or (leaf in defaults and defaults[leaf] == value):
             continue
         problems.append(
@@ -122,15 +123,3 @@ def client_checkpoint(job_id: str) -> Path:
     folder = home / "jobs" / safe[:128]
     folder.mkdir(parents=True, exist_ok=True)
     return folder / "checkpoint.pt"
-
-
-def _leaves(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """{"batch": {"micro": 8}} -> [("batch.micro", 8)]; an empty mapping is a leaf of its own."""
-    out: list[tuple[str, Any]] = []
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out += _leaves(value, path + ".")
-        else:
-            out.append((path, value))
-    return out

@@ -16,11 +16,11 @@ import csv
 import io
 import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from elastune.dotted import flatten
 from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
 from elastune.units import human_bytes
 
@@ -44,18 +44,6 @@ _CSV_FIGURES = (
     "error",
     "mlflow_run_id",
 )
-
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"batch": {"micro": 64}}` -> `{"batch.micro": 64}`; lists and scalars are leaves."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            out.update(flatten(value, prefix=f"{dotted}."))
-        else:
-            out[dotted] = value
-    return out
 
 
 def as_text(value: Any) -> str:

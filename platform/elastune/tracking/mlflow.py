@@ -47,8 +47,9 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 
+from elastune.dotted import flatten
 from elastune.errors import InputError, Problem
-from elastune.tracking.artifacts import as_text, best_config_yaml, flatten, pareto_png, trials_csv
+from elastune.tracking.artifacts import as_text, best_config_yaml, pareto_png, trials_csv
 from elastune.tracking.encoding import TAG_MAX, mlflow_key, param_value, read_record, record_tags
 from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
 from elastune.tracking.uri import (

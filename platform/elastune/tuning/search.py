@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from elastune.dotted import flatten
 from elastune.tracking.records import TrialRecord
 from elastune.tuning.keys import CONSTRAINTS_ATTR, ESTIMATE_KEY, NUMBER_KEY
 from elastune.tuning.pricing import screen
@@ -181,7 +182,7 @@ class ScreeningSearch(OptunaSearch):
                 break
             number = self.proposed
             self.proposed += 1
-            flat = _flatten(params)
+            flat = flatten(params, sep="/")  # OptunaSearch unflattens on "/", never on "."
             self._known[param_key(flat)] = self._ot_trials[trial_id].number
             fits, predicted, reason = self._screen(spec, flat)
             if fits:
@@ -204,7 +205,7 @@ class ScreeningSearch(OptunaSearch):
             return None
         for _ in range(MAX_REPEATS):
             params = super().suggest(trial_id) or {}
-            key = param_key(_flatten(params))
+            key = param_key(flatten(params, sep="/"))
             if key not in self._known:
                 return params
             self._tell_repeat(self._ot_trials.pop(trial_id), self._known[key])
@@ -286,19 +287,6 @@ def _constraints_in(result: Mapping[str, Any]) -> dict[str, float]:
 
 def _worst(mode: str) -> float:
     return 0.0 if mode == "max" else float("inf")
-
-
-def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """OptunaSearch unflattens on '/', never on '.', so dotted names come back as flat keys; be
-    tolerant of nesting anyway."""
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}/"))
-        else:
-            flat[name] = value
-    return flat
 
 
 def records_for_screened(spec: SweepSpec, screened: list[Screened]) -> list[TrialRecord]:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
+from elastune.dotted import nest
 from elastune.errors import MISSING, ConfigError, Problem
 from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points
 from elastune.units import MAX_BYTES, parse_bytes
@@ -49,7 +50,6 @@ __all__ = [
     "Search",
     "SweepSpec",
     "check_spec",
-    "dotted_to_nested",
     "load_sweep_spec",
 ]
 
@@ -199,7 +199,7 @@ class SweepSpec(_Section):
     def trial_config(self, params: Mapping[str, Any]) -> RunConfig:
         """The base config with `params` (dotted keys) applied, steps set by the budget. With N
         workers per trial the config is one worker's: the step's batch is micro x accum x N."""
-        raw = apply_overrides(self.base, dotted_to_nested(params))
+        raw = apply_overrides(self.base, nest(params))
         cfg = RunConfig.model_validate(raw)
         workers = self.resources.workers_per_trial
         effective = self.constraints.effective_batch
@@ -239,18 +239,6 @@ class SweepSpec(_Section):
             return self.edo.virtual_capacity
         ceiling = self.constraints.memory_ceiling
         return ceiling * self.budget.max_concurrent if ceiling else None
-
-
-def dotted_to_nested(params: Mapping[str, Any]) -> dict[str, Any]:
-    """`{"batch.micro": 512}` -> `{"batch": {"micro": 512}}`."""
-    nested: dict[str, Any] = {}
-    for key, value in params.items():
-        target = nested
-        *parents, leaf = key.split(".")
-        for part in parents:
-            target = target.setdefault(part, {})
-        target[leaf] = value
-    return nested
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,7 +353,7 @@ def _value_problems(spec: SweepSpec, where: str, name: str, param: Parameter) ->
         label = "{}"
     out = []
     for index, value in candidates:
-        raw = apply_overrides(spec.base, dotted_to_nested({name: value}))
+        raw = apply_overrides(spec.base, nest({name: value}))
         _, problems = config_problems(raw)
         for problem in (p for p in problems if p.path == name):
             field = label.format(index if isinstance(param, ChoiceParam) else ("low", "high")[index])
@@ -403,7 +391,7 @@ def _combination_problems(spec: SweepSpec, limit: int = 3) -> list[Problem]:
         try:
             problems = component_problems(spec.trial_config(params))
         except ValidationError as exc:
-            raw = apply_overrides(spec.base, dotted_to_nested(params))
+            raw = apply_overrides(spec.base, nest(params))
             problems = problems_from_validation(exc, RunConfig, raw)
         if problems:
             reasons = "; ".join(str(p) for p in problems)
