@@ -72,10 +72,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before ray: e
 
 import ray
 import torch
+from elastune.errors import EdoError, OutOfMemory
 from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
-from elastune.memory.client import Demand, EdoError, edo_session
+from elastune.memory.client import Demand, edo_session
 from elastune.memory.policy import DeviceSpec
-from elastune.training.loop import OutOfMemory, train, warm_up_runtime
+from elastune.training.loop import train, warm_up_runtime
 from elastune.training.probe import CudaProbe, ElasticProbe, VirtualProbe
 from elastune.validate import load_run_config
 

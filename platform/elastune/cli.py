@@ -159,9 +159,10 @@ def sweep(
     format: FormatOpt = Format.table,
 ) -> None:
     """Search strategy, precision, micro-batch and accumulation for the highest samples/s under a ceiling."""
+    from elastune.errors import SweepInterrupted
     from elastune.tuning.results import results_json
     from elastune.tuning.spec import load_sweep_spec
-    from elastune.tuning.sweep import SweepInterrupted, SweepOptions, run_sweep
+    from elastune.tuning.sweep import SweepOptions, run_sweep
 
     if spec is None and resume is None:
         raise InputError("give a sweep SPEC file (e.g. search_spaces/dlrm_quick.yaml) or --resume SWEEP_ID")

@@ -7,9 +7,21 @@ user's input being wrong (a config, a spec, a data file, a device the machine la
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ConfigError", "DataError", "DeviceError", "ElastuneError", "InputError", "Problem"]
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DeviceError",
+    "EdoError",
+    "ElastuneError",
+    "InputError",
+    "OutOfMemory",
+    "Problem",
+    "SweepInterrupted",
+]
 
 
 class ElastuneError(Exception):
@@ -74,3 +86,33 @@ class DeviceError(InputError):
 
 
 MISSING = _MISSING
+
+
+class OutOfMemory(ElastuneError):
+    """An OOM the training loop could not recover from (the micro-batch cannot be halved any further)."""
+
+
+class EdoError(ElastuneError):
+    """No memory for this trial: no EDO broker, no grant within the timeout, or its grant was lost."""
+
+
+class SweepInterrupted(ElastuneError):
+    """A sweep's driver was stopped by a signal: the sweep is recorded as interrupted and can be
+    resumed. Exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would;
+    the CLI prints the record's table, then this message, whose last line is the resume command."""
+
+    label = "stopped"
+
+    def __init__(self, record: Any, signum: int, resume_command: str, recorded: bool = True) -> None:
+        self.record = record  # the SweepRecord as it was recorded (tracking/records.py)
+        self.exit_code = 128 + signum
+        self.resume_command = resume_command
+        name = signal.Signals(signum).name
+        if not recorded:
+            super().__init__(f"stopped by {name} before the sweep was recorded; nothing ran")
+            return
+        done = sum(1 for t in record.trials if t.status != "interrupted" and t.trial_id != "reference")
+        super().__init__(
+            f"sweep {record.sweep_id} interrupted by {name} after {done} trial(s); recorded as interrupted. "
+            f"Resume it with:\n  {resume_command}"
+        )

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from elastune.config import RunConfig
-from elastune.errors import DeviceError
-from elastune.training.loop import OutOfMemory, train
+from elastune.errors import DeviceError, OutOfMemory
+from elastune.training.loop import train
 from elastune.workloads.data import table_sizes
 
 MakeCfg = Callable[..., RunConfig]

@@ -32,7 +32,7 @@ _HOME = {
     "read_status": "broker",
     "shutdown_broker": "broker",
     "Demand": "client",
-    "EdoError": "client",
+    "EdoError": "elastune.errors",
     "edo_session": "client",
     "plan_demand": "client",
     "DeviceSpec": "policy",

@@ -44,7 +44,7 @@ from torch import nn
 
 from elastune.config import RunConfig
 from elastune.embeddings.cached import CachedEmbedding
-from elastune.errors import ElastuneError, InputError
+from elastune.errors import EdoError, InputError
 from elastune.memory.broker import broker_unreachable, get_broker
 from elastune.memory.policy import DeviceSpec, Grant
 from elastune.training.checkpoint import LoopState
@@ -57,10 +57,6 @@ SHRINK_ATTEMPTS = 3  # re-shapes tried before a shrink is confirmed regardless (
 GROW_MARGIN = 0.05  # growing needs this much room beyond the prediction, shrinking only `headroom`
 DEMAND_PADDING = 0.10  # plan_demand's margin over the estimate: the estimator's ±10% goal,
 DEMAND_PADDING_MIN = 4 * 2**20  # and at least the virtual device's spread around its fixed 7 MiB (±3 MiB)
-
-
-class EdoError(ElastuneError):
-    """No memory for this trial: no broker, no grant within the timeout, or its grant was lost."""
 
 
 @dataclass(frozen=True)

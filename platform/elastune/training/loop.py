@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from elastune.config import RunConfig
-from elastune.errors import ElastuneError
+from elastune.errors import OutOfMemory
 from elastune.training.checkpoint import LoopState, check_checkpoint, load_checkpoint, save_checkpoint
 from elastune.training.oom import is_oom, shrink
 from elastune.training.optim import Optimizers
@@ -91,10 +91,6 @@ class TrainResult:
     device: str
     elapsed_s: float
     config: dict[str, Any] = field(default_factory=dict)
-
-
-class OutOfMemory(ElastuneError):
-    """An OOM the loop could not recover from (the micro-batch cannot be halved any further)."""
 
 
 def forward_backward(

@@ -27,7 +27,7 @@ from typing import Any
 
 from ray.exceptions import AuthenticationError
 
-from elastune.errors import ConfigError, ElastuneError, InputError, Problem
+from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
 from elastune.tracking.records import SweepRecord, TrialRecord
 from elastune.tuning.progress import STOPPING, SweepCallback, trial_record_from_metrics
 from elastune.tuning.spec import SweepSpec
@@ -125,10 +125,10 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
             # Stopping can break what was under way (a trial's actor killed mid-call): the
             # signal, not this, is what ended the sweep.
         if record.mlflow_run_id is None:  # stopped before anything was recorded: nothing to resume
-            raise SweepInterrupted(record, stop.signum or signal.SIGTERM, None, recorded=False)
+            raise SweepInterrupted(record, stop.signum or signal.SIGTERM, "", recorded=False)
         record = _end_record(record.sweep_id, uri, tracker, interrupted=bool(stop.signum), join=stop.join)
     if stop.signum:
-        raise SweepInterrupted(record, stop.signum, options.tracking_uri)
+        raise SweepInterrupted(record, stop.signum, resume_command(record.sweep_id, options.tracking_uri))
     echo(f"sweep {record.sweep_id} finished in {time.time() - started:.0f} s")
     return record
 
@@ -214,26 +214,6 @@ def resume_command(sweep_id: str, tracking_uri: str | None) -> str:
     if tracking_uri:
         command += ["--tracking-uri", tracking_uri]
     return shlex.join(command)
-
-
-class SweepInterrupted(ElastuneError):
-    """The driver was stopped by a signal: the sweep is recorded as interrupted and can be resumed.
-    Exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would."""
-
-    label = "stopped"
-
-    def __init__(self, record: SweepRecord, signum: int, tracking_uri: str | None, recorded: bool = True) -> None:
-        self.record = record
-        self.exit_code = 128 + signum
-        self.resume_command = resume_command(record.sweep_id, tracking_uri)
-        done = sum(1 for t in record.trials if t.status != "interrupted" and t.trial_id != "reference")
-        if not recorded:
-            super().__init__(f"stopped by {signal.Signals(signum).name} before the sweep was recorded; nothing ran")
-            return
-        super().__init__(
-            f"sweep {record.sweep_id} interrupted by {signal.Signals(signum).name} after {done} trial(s); "
-            f"recorded as interrupted. Resume it with:\n  {self.resume_command}"
-        )
 
 
 class Interruption:

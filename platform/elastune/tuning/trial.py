@@ -77,7 +77,8 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     trial process (one worker) or on a Ray Train worker group (several)."""
     from ray import tune
 
-    from elastune.training.loop import OutOfMemory, train
+    from elastune.errors import OutOfMemory
+    from elastune.training.loop import train
     from elastune.tuning.spec import SweepSpec
 
     done = (context.finished or {}).get(tune.get_context().get_trial_id() or "")
@@ -261,7 +262,7 @@ def _group_reduce(values: list[float], op: Any) -> list[float]:
 
 def _worker_oom(exc: BaseException) -> str | None:
     """The message of a worker's unrecoverable OOM inside a failed Train run, else None."""
-    from elastune.training.loop import OutOfMemory
+    from elastune.errors import OutOfMemory
 
     for failure in (getattr(exc, "worker_failures", None) or {}).values():
         cause: BaseException | None = failure
