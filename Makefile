@@ -12,11 +12,11 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_TORCH_FLAGS) "$(TORCH)"
-	$(PY) -m pip install -q -e '.[dev,fbgemm]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,fbgemm]'  # the tested versions
 	touch $@
 
 # The main job on embedded defaults: the quick sweep on a local Ray, recorded in ./mlflow.db.
