@@ -257,7 +257,7 @@ def jsonable(value: object) -> Any:
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
-        return value if abs(value) < 10**18 else _text(str(value))
+        return value if abs(value) < 10**18 else f"<a {value.bit_length()}-bit number>"  # str() refuses >4300 digits
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, str):

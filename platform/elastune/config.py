@@ -12,6 +12,7 @@ config: the first thing such code does is `RunConfig.model_validate(d)`.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "OptimizerConfig",
     "RunConfig",
     "apply_overrides",
+    "elastune_home",
     "parse_overrides",
     "problems_from_validation",
     "read_yaml_mapping",
@@ -319,6 +321,12 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     if not isinstance(loaded, dict):
         raise ConfigError([Problem("config", str(path), "must be a YAML mapping of keys to values")])
     return loaded
+
+
+def elastune_home() -> Path:
+    """Where elastune keeps what runs leave behind (sweep state, UI jobs' checkpoints):
+    $ELASTUNE_HOME, default ~/.elastune."""
+    return Path(os.environ.get("ELASTUNE_HOME", Path.home() / ".elastune")).expanduser()
 
 
 # ---------------------------------------------------------------------------------------------

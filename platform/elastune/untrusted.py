@@ -14,12 +14,11 @@ someone decides it is safe (tests/unit/test_untrusted.py checks no path-typed fi
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from elastune.config import RunConfig, parse_overrides
+from elastune.config import RunConfig, elastune_home, parse_overrides
 from elastune.dotted import flatten
 from elastune.errors import ConfigError, Problem
 
@@ -119,7 +118,6 @@ def client_checkpoint(job_id: str) -> Path:
     `$ELASTUNE_HOME/jobs/JOB_ID/checkpoint.pt`, the folder created (elastune creates no folder
     for a checkpoint.path a user gives)."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job_id).strip(".") or "job"
-    home = Path(os.environ.get("ELASTUNE_HOME", Path.home() / ".elastune")).expanduser()
-    folder = home / "jobs" / safe[:128]
+    folder = elastune_home() / "jobs" / safe[:128]
     folder.mkdir(parents=True, exist_ok=True)
     return folder / "checkpoint.pt"

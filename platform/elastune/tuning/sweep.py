@@ -27,6 +27,7 @@ from typing import Any
 
 from ray.exceptions import AuthenticationError
 
+from elastune.config import elastune_home
 from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
 from elastune.tracking.records import SweepRecord, TrialRecord
 from elastune.tuning.progress import STOPPING, SweepCallback, trial_record_from_metrics
@@ -62,7 +63,7 @@ _SWEEP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
 
 
 def sweeps_home() -> Path:
-    return Path(os.environ.get("ELASTUNE_HOME", Path.home() / ".elastune")).expanduser() / "sweeps"
+    return elastune_home() / "sweeps"
 
 
 def new_sweep_id(spec: SweepSpec) -> str:
@@ -128,7 +129,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
             raise SweepInterrupted(record, stop.signum or signal.SIGTERM, "", recorded=False)
         record = _end_record(record.sweep_id, uri, tracker, interrupted=bool(stop.signum), join=stop.join)
     if stop.signum:
-        raise SweepInterrupted(record, stop.signum, resume_command(record.sweep_id, options.tracking_uri))
+        raise SweepInterrupted(record, stop.signum, stop.resume)
     echo(f"sweep {record.sweep_id} finished in {time.time() - started:.0f} s")
     return record
 
