@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from elastune.training.loop import train
-from elastune.tuning.trial import _TorchDDP  # what a Ray Train worker passes
+from elastune.tuning.worker_group import _TorchDDP  # what a Ray Train worker passes
 from elastune.validate import load_run_config
 
 from tests.conftest import TINY

@@ -8,12 +8,11 @@ from typing import Any
 
 import optuna
 import pytest
-from elastune.config import RunConfig
 from elastune.tuning.pricing import screen
+from elastune.tuning.report import oom_report
 from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, param_key
 from elastune.tuning.space import grid_points
 from elastune.tuning.spec import validate_sweep_spec
-from elastune.tuning.trial import oom_metrics
 
 from tests.integration.sweep_specs import TINY_BASE, tiny_spec
 
@@ -28,8 +27,8 @@ def test_an_oom_trial_is_a_constraint_violation_not_a_failure() -> None:
     config = s.suggest("t0")
     assert isinstance(config, dict) and config["elastune_number"] == 0
     # Tune hands every report to on_trial_result first: the OOM report has no samples/s to report
-    s.on_trial_result("t0", {**oom_metrics(RunConfig(), "out of memory"), "training_iteration": 1})
-    s.on_trial_complete("t0", result=oom_metrics(RunConfig(), "out of memory"))
+    s.on_trial_result("t0", {**oom_report("out of memory").to_metrics(), "training_iteration": 1})
+    s.on_trial_complete("t0", result=oom_report("out of memory").to_metrics())
     (trial,) = s.study().get_trials(deepcopy=False)
     assert trial.state == optuna.trial.TrialState.COMPLETE
     assert trial.constraints["memory"] > 0 and trial.value == 0.0

@@ -48,7 +48,7 @@ class StepBoundary(Protocol):
 
 
 class DataParallel(Protocol):
-    """This process's place in a data-parallel group (tuning/trial.py runs one per Ray Train
+    """This process's place in a data-parallel group (tuning/worker_group.py runs one per Ray Train
     worker). Every rank trains the same model on its own share of each step's samples."""
 
     @property

@@ -18,11 +18,12 @@ from typing import Any
 
 from ray.tune import Callback
 
-from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord, TrialStatus
-from elastune.tuning.keys import ESTIMATE_KEY, FINAL_KEY, META_PREFIX, NUMBER_KEY
+from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
+from elastune.tuning.keys import ESTIMATE_KEY, META_PREFIX, NUMBER_KEY
+from elastune.tuning.report import TrialReport
 from elastune.units import human_bytes
 
-__all__ = ["STOPPING", "SweepCallback", "progress_line", "trial_record_from_metrics"]
+__all__ = ["STOPPING", "SweepCallback", "progress_line"]
 
 PRINT_EVERY_S = 15.0
 STOPPING: set[str] = set()  # ids of the sweeps whose driver was told to stop (a signal), in this process
@@ -53,9 +54,8 @@ class SweepCallback(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         base = self._from_trial(trial, status="running", metrics={})
-        done = trial_record_from_metrics(
-            base.trial_id, base.number, base.params, base.config, dict(trial.last_result or {})
-        )
+        last = TrialReport.from_metrics(dict(trial.last_result or {}))
+        done = last.to_record(base.trial_id, base.number, base.params, base.config)
         done.estimated_peak_bytes = done.estimated_peak_bytes or base.estimated_peak_bytes
         if self.sweep_id in STOPPING and done.status in {"pruned", "failed"}:
             done.status, done.error = "interrupted", "stopped with the sweep's driver; a resume runs it again"
@@ -122,32 +122,6 @@ class SweepCallback(Callback):
             config=cfg.to_dict(),
             estimated_peak_bytes=config.get(ESTIMATE_KEY),
         )
-
-
-def trial_record_from_metrics(
-    trial_id: str, number: int, params: dict[str, Any], config: dict[str, Any], metrics: dict[str, Any]
-) -> TrialRecord:
-    """A finished (or stopped) trial's record from its last report."""
-    final = bool(metrics.get(FINAL_KEY))
-    status: TrialStatus = metrics.get("status", "ok") if final else ("pruned" if metrics else "failed")
-    return TrialRecord(
-        trial_id=trial_id,
-        number=number,
-        status=status,
-        params=params,
-        config=config,
-        estimated_peak_bytes=metrics.get("estimated_peak_bytes"),
-        samples_per_s=metrics.get("samples_per_s"),
-        peak_memory_bytes=metrics.get("peak_memory_bytes"),
-        peak_memory_kind=metrics.get("peak_memory_kind"),
-        val_logloss=metrics.get("val_logloss"),
-        val_auc=metrics.get("val_auc"),
-        oom_retries=int(metrics.get("oom_retries") or 0),
-        steps=metrics.get("step"),
-        quality_ok=metrics.get("quality_ok"),
-        error=metrics.get("error") or (None if metrics else "the trial reported nothing"),
-        node=metrics.get("node"),
-    )
 
 
 def progress_line(record: SweepRecord) -> str:

@@ -121,7 +121,7 @@ class Search(_Section):
 
 class Resources(_Section):
     """What one trial runs on. The CPU and GPU figures are per worker: a trial of N workers takes
-    N x cpus_per_trial CPUs and N x gpus_per_trial GPUs (tuning/trial.py)."""
+    N x cpus_per_trial CPUs and N x gpus_per_trial GPUs (tuning/worker_group.py)."""
 
     cpus_per_trial: float = Field(1.0, gt=0, le=1024, description="CPUs per worker of a trial.")
     gpus_per_trial: float = Field(

@@ -30,7 +30,8 @@ from ray.exceptions import AuthenticationError
 from elastune.config import elastune_home
 from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
 from elastune.tracking.records import SweepRecord, TrialRecord
-from elastune.tuning.progress import STOPPING, SweepCallback, trial_record_from_metrics
+from elastune.tuning.progress import STOPPING, SweepCallback
+from elastune.tuning.report import TrialReport
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
 
@@ -155,7 +156,8 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
     group when a trial has several workers), ASHA prunes; `SweepCallback` records each trial."""
     from ray import tune
 
-    from elastune.tuning.trial import TrialContext, WorkerGroupReaper
+    from elastune.tuning.trial import TrialContext
+    from elastune.tuning.worker_group import WorkerGroupReaper
 
     context = TrialContext(
         spec=record.spec,
@@ -197,13 +199,13 @@ def _end_record(sweep_id: str, uri: str, tracker: Any, interrupted: bool, join: 
     return record
 
 
-def _finished_reports(record: SweepRecord) -> dict[str, dict[str, Any]]:
+def _finished_reports(record: SweepRecord) -> dict[str, TrialReport]:
     """What each trial that already ended reported last (see TrialContext.finished)."""
     from elastune.tracking.records import FINAL_TRIAL_STATUSES
-    from elastune.tuning.trial import replayed_report
 
+    ceiling = record.memory_ceiling_bytes
     return {
-        t.trial_id: replayed_report(t, record.memory_ceiling_bytes, record.quality_tolerance, record.reference_logloss)
+        t.trial_id: TrialReport.replay(t, ceiling, record.quality_tolerance, record.reference_logloss)
         for t in record.trials
         if t.status in FINAL_TRIAL_STATUSES and t.trial_id != "reference" and not t.trial_id.startswith("screened-")
     }
@@ -292,7 +294,8 @@ class Interruption:
 def _trainable(context: Any) -> Any:
     from ray import tune
 
-    from elastune.tuning.trial import DRIVER_MEMORY, run_trial
+    from elastune.tuning.trial import run_trial
+    from elastune.tuning.worker_group import DRIVER_MEMORY
 
     res = SweepSpec.model_validate(context.spec).resources
     resources: dict[str, float] = {"CPU": res.cpus_per_trial}
@@ -380,7 +383,7 @@ def _run_reference(
     measured on the same path (one process, or a worker group) as every trial."""
     from ray import tune
 
-    from elastune.tuning.trial import WorkerGroupReaper
+    from elastune.tuning.worker_group import WorkerGroupReaper
 
     cfg = spec.reference_config()
     echo(
@@ -395,8 +398,8 @@ def _run_reference(
             name=f"{record.sweep_id}-reference", storage_path=str(home), callbacks=[WorkerGroupReaper()], verbose=0
         ),
     )
-    metrics = dict(tuner.fit()[0].metrics or {})
-    trial = trial_record_from_metrics("reference", -1, dict(spec.constraints.reference), cfg.to_dict(), metrics)
+    last = TrialReport.from_metrics(dict(tuner.fit()[0].metrics or {}))
+    trial = last.to_record("reference", -1, dict(spec.constraints.reference), cfg.to_dict())
     if trial.status in {"ok", "infeasible"}:
         record.reference_logloss = trial.val_logloss
         record.reference_samples_per_s = trial.samples_per_s

@@ -8,55 +8,24 @@ cheaper (a Ray Train run starts more Ray processes: controller, report queue, sy
 actor and the workers; 20-30 s per trial on a busy 2-core machine), the process's memory
 measurement is the trial's own, and EDO's device sharing works on it.
 
-`workers_per_trial: N > 1`: the trial process is only the driver of a Ray Train (V2) run: it fits a
-`TorchTrainer` whose N workers each run `train` on 1/N of every step's samples, with gradients
-averaged by torch DDP (gloo on CPUs, nccl on GPUs; the group's rendezvous store listens on rank
-0's node address only, not on every interface as torch's own would: `_node_bound_torch_config`).
-`cpus_per_trial` / `gpus_per_trial` are per worker; the driver itself asks Tune for no CPU (a
-little memory only), so the workers' CPUs are free for the worker group. Reports carry the
-group's figures: samples/s summed over the workers, measured peak the largest worker's (memory is
-per device), the estimate per worker, and each worker's `world_size`. Only configs whose gradients
-DDP all-reduces run on a group (the spec's validation refuses the others: tuning/spec.py).
+`workers_per_trial: N > 1`: the trial process only drives a Ray Train worker group
+(tuning/worker_group.py).
 
-Stopping a group's trial (ASHA, or its final report reaching ASHA's max_t) used to hang the sweep:
-Tune ends the trial actor while `fit()` is still running, the Train controller and its workers die
-with it (they are owned by it), but the workers' placement group is not owned by anything that
-died: Ray keeps it reserved for the life of the job, so every later trial's worker group waited
-for those CPUs forever. Ray 2.60's own safety net (a detached PlacementGroupCleaner actor) asks the
-Ray state API, which needs the dashboard and finds the cluster by address discovery: without a
-dashboard, or with several Ray instances on one host, its thread dies and the placement group and
-the cleaner actor both stay. So here the Tune driver owns the clean-up: each worker group reports
-its placement group's id, and `WorkerGroupReaper` (a Tune callback in the sweep's driver) removes
-it when Tune ends the trial, however it ends; the cleaner actor is not started. (A trial ended
-before its first report, e.g. by the sweep's time limit, has told nobody its id: that group's
-placement group stays until the Ray job ends.)
-
-Untyped dicts exist here only because Ray hands them over; the first thing each function does is
-turn them back into a RunConfig / SweepSpec.
+What a trial reports is a `TrialReport` (tuning/report.py). Untyped dicts exist here only because
+Ray hands them over; the first thing each function does is turn them back into a RunConfig /
+SweepSpec.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ray.tune import Callback
-
 from elastune.config import RunConfig
-from elastune.tuning.keys import CONSTRAINTS_ATTR, ESTIMATE_KEY, FINAL_KEY, GROUP_KEY, META_PREFIX
+from elastune.tuning.keys import ESTIMATE_KEY, META_PREFIX
+from elastune.tuning.report import TrialReport, final_report, oom_report, progress_report
 
-__all__ = [
-    "TrialContext",
-    "WorkerGroupReaper",
-    "final_metrics",
-    "oom_metrics",
-    "replayed_report",
-    "run_trial",
-]
-
-DRIVER_MEMORY = 256 * 2**20  # what a worker group's driver asks Tune for instead of a CPU
+__all__ = ["TrialContext", "run_trial"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +38,7 @@ class TrialContext:
     # Resumed sweeps: trial id -> the last report of a trial that already ended. Tune's saved
     # state can be older than the driver's last word (it is saved every few seconds), so it may
     # start such a trial again; the trial then only repeats that report (nothing is trained).
-    finished: dict[str, dict[str, Any]] | None = None
+    finished: dict[str, TrialReport] | None = None
 
 
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
@@ -83,9 +52,9 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
 
     done = (context.finished or {}).get(tune.get_context().get_trial_id() or "")
     if done is not None:
-        if done.get("status") == "failed":  # it failed before: fail the same way (Tune records an error)
-            raise RuntimeError(f"this trial already failed before the sweep was resumed: {done.get('error')}")
-        tune.report(done)
+        if done.status == "failed":  # it failed before: fail the same way (Tune records an error)
+            raise RuntimeError(f"this trial already failed before the sweep was resumed: {done.error}")
+        tune.report(done.to_metrics())
         return
     spec = SweepSpec.model_validate(context.spec)
     cfg = spec.trial_config({k: v for k, v in config.items() if not k.startswith(META_PREFIX)})
@@ -93,11 +62,13 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     # The searcher priced the proposal for this trial's device already; the reference was not priced.
     limits["estimate"] = config.get(ESTIMATE_KEY) or _estimate(cfg)
     if spec.resources.workers_per_trial > 1:
-        _run_worker_group(cfg, spec, limits)
+        from elastune.tuning.worker_group import run_worker_group
+
+        run_worker_group(cfg, spec, limits)
         return
 
     def report(p: Any) -> None:
-        tune.report(progress_metrics(p))
+        tune.report(progress_report(p).to_metrics())
 
     try:
         if context.edo:
@@ -105,23 +76,9 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
         else:
             result = train(cfg, on_progress=report, progress_every=limits["report_every"])
     except OutOfMemory as exc:
-        tune.report(oom_metrics(cfg, str(exc)))
+        tune.report(oom_report(str(exc)).to_metrics())
         return
-    tune.report(final_metrics(result, limits))
-
-
-def progress_metrics(p: Any, samples_per_s: float | None = None, samples: int | None = None) -> dict[str, Any]:
-    """A progress report (ASHA's rungs); a worker group passes its totals."""
-    return {
-        "samples": p.samples if samples is None else samples,
-        "step": p.step,
-        # ASHA's clock: share of this trial's steps. Capped at 99 so reaching max_t=100 (which
-        # ASHA answers with STOP) only happens in the final report, after evaluation.
-        "progress_pct": min(99, int(100 * p.step / p.steps)),
-        "loss": p.loss,
-        # 0 during warm-up, before a rate exists
-        "samples_per_s": (p.samples_per_s or 0.0) if samples_per_s is None else samples_per_s,
-    }
+    tune.report(final_report(result, limits).to_metrics())
 
 
 def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) -> Any:
@@ -158,244 +115,6 @@ def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) 
         return train(cfg, probe=probe, boundary=boundary, on_progress=report, progress_every=report_every)
 
 
-# ---------------------------------------------------------------------------------------------
-# Several workers: a Ray Train worker group per trial.
-
-
-def _run_worker_group(cfg: RunConfig, spec: Any, limits: dict[str, Any]) -> None:
-    """Fit a TorchTrainer of `workers_per_trial` workers from this (driver) trial process. Its
-    workers report to Tune through Ray Train's TuneReportCallback (rank 0's report: the group's)."""
-    from ray import train, tune
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    # A worker's report waits for the controller's next poll of the group (every 2 s by default);
-    # at ~10 reports a trial that is 20 s of waiting. This process only drives the group.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
-    # Ray Train's preemption watcher (an actor per run) only logs node drains; a drained node's
-    # workers fail the trial either way. One process fewer per trial; set the variable to 1 to keep it.
-    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
-    res = spec.resources
-    per_worker = {"CPU": res.cpus_per_trial, **({"GPU": res.gpus_per_trial} if res.gpus_per_trial else {})}
-    trainer = _trainer_class()(
-        _train_worker,
-        train_loop_config={"config": cfg.to_dict(), "limits": limits},
-        torch_config=_node_bound_torch_config("nccl" if res.gpus_per_trial > 0 else "gloo"),
-        scaling_config=train.ScalingConfig(
-            num_workers=res.workers_per_trial, use_gpu=res.gpus_per_trial > 0, resources_per_worker=per_worker
-        ),
-        run_config=train.RunConfig(
-            name="train",
-            storage_path=tune.get_context().get_trial_dir(),
-            callbacks=[TuneReportCallback()],  # type: ignore[list-item]  # a Train callback; ray's hint says Tune's
-            # A failed worker fails the trial (Tune records it); restarting the group would only
-            # repeat a deterministic failure such as an OOM.
-            failure_config=train.FailureConfig(max_failures=0),
-        ),
-    )
-    try:
-        trainer.fit()
-    except train.TrainingFailedError as exc:
-        oom = _worker_oom(exc)
-        if oom is None:
-            raise
-        tune.report(oom_metrics(cfg, oom))
-
-
-def _train_worker(loop_config: dict[str, Any]) -> None:
-    """One Ray Train worker: `train` on this rank's share of each step; reports the group's totals
-    (all workers report at the same steps: `ray.train.report` is a barrier, so are the reductions)."""
-    import ray
-    import torch.distributed as dist
-    from ray import train as ray_train
-    from ray.train.torch import get_device
-
-    from elastune.training.loop import train
-    from elastune.training.precision import resolve_device
-
-    cfg = RunConfig.model_validate(loop_config["config"])
-    if resolve_device(cfg.device).type == "cuda":
-        # Ray Train shows a node's workers all of their GPUs; each rank takes its own.
-        cfg = RunConfig.model_validate({**cfg.to_dict(), "device": str(get_device())})
-    limits = loop_config["limits"]
-    ctx = ray_train.get_context()
-    world = ctx.get_world_size()
-    group = _TorchDDP(rank=ctx.get_world_rank(), world_size=world)
-    pg = ray.util.get_current_placement_group()
-    who = {"world_size": world, GROUP_KEY: pg.id.hex() if pg is not None else None}
-
-    def report(p: Any) -> None:
-        (rate,) = _group_reduce([p.samples_per_s or 0.0], dist.ReduceOp.SUM)
-        ray_train.report({**progress_metrics(p, samples_per_s=rate, samples=p.samples * world), **who})
-
-    result = train(cfg, on_progress=report, progress_every=limits["report_every"], parallel=group)
-    (rate,) = _group_reduce([result.samples_per_s], dist.ReduceOp.SUM)
-    (peak,) = _group_reduce([float(result.peak_memory_bytes)], dist.ReduceOp.MAX)
-    total = replace(result, samples_per_s=rate, peak_memory_bytes=int(peak), samples=result.samples * world)
-    ray_train.report({**final_metrics(total, limits), **who})
-
-
-@dataclass(frozen=True)
-class _TorchDDP:
-    """training.loop.DataParallel with torch DDP over the process group Ray Train set up."""
-
-    rank: int
-    world_size: int
-
-    def wrap(self, model: Any) -> Any:
-        from torch.nn.parallel import DistributedDataParallel
-
-        # The module is on this rank's device already (one device per rank: no device_ids needed).
-        return DistributedDataParallel(model)
-
-
-def _group_reduce(values: list[float], op: Any) -> list[float]:
-    import torch
-    import torch.distributed as dist
-
-    # nccl reduces CUDA tensors only; gloo CPU ones. float64: byte counts stay exact.
-    on_gpu = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=op)
-    return [float(v) for v in tensor.tolist()]
-
-
-def _worker_oom(exc: BaseException) -> str | None:
-    """The message of a worker's unrecoverable OOM inside a failed Train run, else None."""
-    from elastune.errors import OutOfMemory
-
-    for failure in (getattr(exc, "worker_failures", None) or {}).values():
-        cause: BaseException | None = failure
-        while cause is not None:
-            if isinstance(cause, OutOfMemory):
-                return str(cause)
-            cause = cause.__cause__
-    return None
-
-
-def _trainer_class() -> Any:
-    """TorchTrainer without two of Ray Train's default callbacks: the PlacementGroupCleaner (see
-    the module docstring: the sweep's WorkerGroupReaper removes the placement group; the cleaner
-    would only leak itself here) and the datasets callback, which starts a DatasetManager actor per
-    run to shard Ray Datasets; the engine makes its own data and passes no datasets."""
-    from ray.train.torch import TorchTrainer
-
-    class Trainer(TorchTrainer):
-        def _create_default_callbacks(self) -> list[Any]:
-            callbacks = super()._create_default_callbacks()  # type: ignore[misc]  # Train V2's (mypy sees V1's)
-            dropped = {"PlacementGroupCleanerCallback", "DatasetsCallback"}
-            return [cb for cb in callbacks if type(cb).__name__ not in dropped]
-
-    return Trainer
-
-
-def _node_bound_torch_config(backend: str) -> Any:
-    """Ray Train's TorchConfig, except that the group's rendezvous store listens on rank 0's node
-    address only. torch's `env://` / `tcp://` rendezvous starts its TCPStore server on every
-    interface of the node; here rank 0 binds the socket itself, to the address Ray knows its node
-    by (127.0.0.1 for a local Ray), and hands it to the store (`master_listen_fd`). The process
-    group is then made from that store: the same gloo / nccl group, nothing else listens."""
-    from ray.train.torch import TorchConfig
-    from ray.train.torch.config import _TorchBackend
-
-    class Backend(_TorchBackend):  # on_shutdown (destroying the group) is Ray's own
-        def on_start(self, worker_group: Any, backend_config: Any) -> None:
-            import ray
-
-            n = len(worker_group)
-            address, port = worker_group.execute_single(0, _host_group_store, world_size=n)
-            ray.get(
-                [
-                    worker_group.execute_single_async(
-                        rank,
-                        _join_process_group,
-                        backend=backend_config.backend,
-                        world_rank=rank,
-                        world_size=n,
-                        address=address,
-                        port=port,
-                        timeout_s=backend_config.timeout_s,
-                    )
-                    for rank in range(n)
-                ]
-            )
-
-    class Config(TorchConfig):
-        @property
-        def backend_cls(self) -> type:
-            return Backend
-
-    return Config(backend=backend)
-
-
-_GROUP_STORE: Any = None  # rank 0's rendezvous store server: alive as long as its worker
-
-
-def _host_group_store(world_size: int) -> tuple[str, int]:
-    """On rank 0: a TCPStore server on a socket bound to this node's address (not all interfaces)."""
-    import datetime
-
-    import ray
-    from torch.distributed import TCPStore
-
-    global _GROUP_STORE
-    address = ray.util.get_node_ip_address()
-    sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
-    sock.bind((address, 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    store = TCPStore(
-        address,
-        port,
-        world_size,
-        is_master=True,
-        timeout=datetime.timedelta(minutes=30),
-        wait_for_workers=False,
-        master_listen_fd=sock.fileno(),
-    )
-    _GROUP_STORE = (sock, store)
-    return address, port
-
-
-def _join_process_group(
-    backend: str, world_rank: int, world_size: int, address: str, port: int, timeout_s: int
-) -> None:
-    import datetime
-
-    import torch.distributed as dist
-
-    timeout = datetime.timedelta(seconds=timeout_s)
-    store = _GROUP_STORE[1] if world_rank == 0 else dist.TCPStore(address, port, world_size, False, timeout)
-    dist.init_process_group(backend, store=store, rank=world_rank, world_size=world_size, timeout=timeout)
-
-
-class WorkerGroupReaper(Callback):
-    """In the sweep's driver: when Tune ends a trial (finished, stopped by the scheduler, errored),
-    remove the placement group its worker group reported. A group that ended by itself removed it
-    already (removing it again does nothing); one whose trial was stopped mid-`fit()` did not, and
-    its CPUs/GPUs would stay reserved for the rest of the job. Removing a placement group also ends
-    any actor still in it."""
-
-    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self._reap(trial)
-
-    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
-        self._reap(trial)
-
-    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
-        for trial in trials:  # those the sweep's time limit stopped get no on_trial_complete
-            self._reap(trial)
-
-    @staticmethod
-    def _reap(trial: Any) -> None:
-        import ray
-        from ray.util.placement_group import PlacementGroup, remove_placement_group
-
-        group = (trial.last_result or {}).get(GROUP_KEY)
-        if group:
-            remove_placement_group(PlacementGroup(ray.PlacementGroupID.from_hex(group)))
-
-
 def _estimate(cfg: RunConfig) -> int:
     from elastune.memory.estimate import estimate  # lazy: the fake-tensor trace is heavy to import
 
@@ -409,91 +128,3 @@ def _limits(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
         "reference_logloss": context.reference_logloss,
         "report_every": max(1, cfg.steps // 10),
     }
-
-
-def final_metrics(result: Any, loop_config: dict[str, Any]) -> dict[str, Any]:
-    """The last report: measured figures, the trial's status, and Optuna's constraint values
-    (<= 0 feasible): [memory over the ceiling, log loss over the tolerated reference]."""
-    ceiling, tolerance, ref = loop_config["ceiling"], loop_config["tolerance"], loop_config["reference_logloss"]
-    memory, quality, quality_ok = constraint_values(
-        result.peak_memory_bytes, result.val_logloss, ceiling, tolerance, ref
-    )
-    over = ceiling is not None and result.peak_memory_bytes > ceiling
-    return {
-        FINAL_KEY: True,
-        "status": "infeasible" if over else "ok",
-        "error": f"measured peak {result.peak_memory_bytes} B is over the memory ceiling {ceiling} B" if over else None,
-        "samples": result.samples,
-        "step": result.steps,
-        "progress_pct": 100,
-        "samples_per_s": result.samples_per_s,
-        "peak_memory_bytes": result.peak_memory_bytes,
-        "peak_memory_kind": result.peak_memory_kind,
-        "estimated_peak_bytes": loop_config.get("estimate"),
-        "val_logloss": result.val_logloss,
-        "val_auc": result.val_auc,
-        "oom_retries": result.oom_retries,
-        "quality_ok": quality_ok,
-        "node": _node_ip(),
-        CONSTRAINTS_ATTR: {"memory": memory, "quality": quality},
-    }
-
-
-def constraint_values(
-    peak: int, val_logloss: float, ceiling: int | None, tolerance: float | None, reference_logloss: float | None
-) -> tuple[float, float, bool | None]:
-    """Optuna's constraint values (<= 0 feasible) for memory and quality, and whether quality held."""
-    memory = (peak - ceiling) / ceiling if ceiling else 0.0
-    if tolerance is None or not reference_logloss:
-        return memory, 0.0, None
-    allowed = reference_logloss * (1 + tolerance)
-    return memory, (val_logloss - allowed) / allowed, val_logloss <= allowed
-
-
-def replayed_report(trial: Any, ceiling: int | None, tolerance: float | None, ref: float | None) -> dict[str, Any]:
-    """The last report of a trial that already ended, rebuilt from its record (see
-    TrialContext.finished): the same figures, so the searcher and ASHA hear what they heard."""
-    report = {
-        FINAL_KEY: trial.status != "pruned",  # a pruned trial never sent a final report
-        "status": trial.status,
-        "error": trial.error,
-        "step": trial.steps,
-        "progress_pct": 100 if trial.status != "pruned" else 99,
-        "samples_per_s": trial.samples_per_s,
-        "peak_memory_bytes": trial.peak_memory_bytes,
-        "peak_memory_kind": trial.peak_memory_kind,
-        "estimated_peak_bytes": trial.estimated_peak_bytes,
-        "val_logloss": trial.val_logloss,
-        "val_auc": trial.val_auc,
-        "oom_retries": trial.oom_retries,
-        "quality_ok": trial.quality_ok,
-        "node": trial.node,
-    }
-    if trial.peak_memory_bytes is not None and trial.val_logloss is not None:
-        memory, quality, _ = constraint_values(trial.peak_memory_bytes, trial.val_logloss, ceiling, tolerance, ref)
-        report[CONSTRAINTS_ATTR] = {"memory": memory, "quality": quality}
-    elif trial.status == "oom":
-        report[CONSTRAINTS_ATTR] = {"memory": 1.0, "quality": 0.0}
-    return {k: v for k, v in report.items() if v is not None}
-
-
-def oom_metrics(cfg: RunConfig, error: str) -> dict[str, Any]:
-    return {
-        FINAL_KEY: True,
-        "status": "oom",
-        "error": error,
-        "samples": 0,
-        "progress_pct": 100,
-        "samples_per_s": None,
-        "node": _node_ip(),
-        CONSTRAINTS_ATTR: {"memory": 1.0, "quality": 0.0},  # out of memory at the smallest split: clearly over
-    }
-
-
-def _node_ip() -> str:
-    """The Ray node this worker runs on (its id: several nodes may share one host in tests)."""
-    import ray
-
-    if not ray.is_initialized():  # not inside Ray (a direct call); asking would start or join one
-        return socket.gethostname()
-    return str(ray.get_runtime_context().get_node_id())

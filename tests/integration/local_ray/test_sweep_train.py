@@ -117,7 +117,7 @@ def test_the_groups_rendezvous_store_listens_on_the_node_address_only(ray_local:
 
     @ray.remote(num_cpus=0)
     def listening_addresses() -> list[str]:
-        from elastune.tuning.trial import _host_group_store
+        from elastune.tuning.worker_group import _host_group_store
 
         address, port = _host_group_store(world_size=1)
         rows = [line.split() for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]]
