@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import socket
 import struct
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from elastune.errors import InputError
+from elastune.tracking.encoding import record_tags
 from elastune.tracking.mlflow import (
     Heartbeat,
     SweepTracker,
@@ -23,7 +25,7 @@ from elastune.tracking.mlflow import (
     mlflow_run_url,
     resolve_tracking_uri,
 )
-from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tracking.records import RecordError, SweepRecord, TrialRecord
 from elastune.validate import load_run_config
 from mlflow import MlflowClient
 
@@ -225,6 +227,24 @@ def test_a_finished_trial_is_never_logged_again(uri: str, tracker: SweepTracker)
     assert [m.value for m in client.get_metric_history(ok.mlflow_run_id or "", "samples_per_s")] == [ok.samples_per_s]
     loaded = {t.trial_id: t for t in load_sweep("final", uri).trials}
     assert loaded[ok.trial_id] == ok and loaded[failed.trial_id] == failed
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [("samples_per_s", "fast", "samples_per_s = 'fast'"), ("status", "done", "status = 'done'"), ("speed", 1, "speed")],
+)
+def test_a_damaged_trial_record_is_refused_naming_the_run_and_the_field(
+    uri: str, tracker: SweepTracker, field: str, value: object, named: str
+) -> None:
+    """A record read back is checked field by field; an unknown key is an error, not dropped."""
+    record = make_sweep(f"damaged-{field}", n_ok=1)
+    record_sweep(tracker, record)
+    trial = record.trials[0]
+    client = MlflowClient(tracking_uri=uri)
+    for key, text in record_tags({**trial.to_dict(), field: value, "mlflow_run_id": None}).items():
+        client.set_tag(trial.mlflow_run_id or "", key, text)
+    with pytest.raises(RecordError, match=f"MLflow run {trial.mlflow_run_id}: .*{re.escape(named)}"):
+        load_sweep(record.sweep_id, uri)
 
 
 def test_a_sweep_whose_driver_stopped_beating_reads_back_as_stale(uri: str, tracker: SweepTracker) -> None:

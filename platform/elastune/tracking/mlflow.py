@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import yaml
 
@@ -51,7 +52,7 @@ from elastune.dotted import flatten
 from elastune.errors import InputError, Problem
 from elastune.tracking.artifacts import as_text, best_config_yaml, pareto_png, trials_csv
 from elastune.tracking.encoding import TAG_MAX, mlflow_key, param_value, read_record, record_tags
-from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
+from elastune.tracking.records import FINAL_TRIAL_STATUSES, RecordError, SweepRecord, TrialRecord
 from elastune.tracking.uri import (
     artifact_location,
     check_server,
@@ -552,7 +553,7 @@ def _sweep_from_run(run: Run) -> SweepRecord:
         data["heartbeat_at"] = beat
         if data.get("status") == "running" and time.time() - beat > STALE_AFTER_BEATS * every:
             data["status"] = "stale"
-    return SweepRecord.from_dict(data)
+    return _from_dict(SweepRecord, data, run)
 
 
 def _number(text: str | None) -> float | None:
@@ -569,4 +570,15 @@ def _trial_from_run(run: Run) -> TrialRecord | None:
     if data is None:
         return None  # a child run some other tool added under the parent: not a trial of ours
     data["mlflow_run_id"] = run.info.run_id
-    return TrialRecord.from_dict(data)
+    return _from_dict(TrialRecord, data, run)
+
+
+_R = TypeVar("_R", SweepRecord, TrialRecord)
+
+
+def _from_dict(kind: type[_R], data: dict[str, Any], run: Run) -> _R:
+    """A record read back from a run's tags; a damaged or foreign one is an error naming the run."""
+    try:
+        return kind.from_dict(data)
+    except RecordError as exc:
+        raise RecordError(f"MLflow run {run.info.run_id}: {exc}") from exc

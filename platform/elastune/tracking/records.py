@@ -22,10 +22,22 @@ its machine died), so it is resumable like an interrupted one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
 
-__all__ = ["FINAL_TRIAL_STATUSES", "SweepRecord", "SweepStatus", "TrialRecord", "TrialStatus", "pareto_front"]
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from elastune.errors import InputError
+
+__all__ = [
+    "FINAL_TRIAL_STATUSES",
+    "RecordError",
+    "SweepRecord",
+    "SweepStatus",
+    "TrialRecord",
+    "TrialStatus",
+    "pareto_front",
+]
 
 TrialStatus = Literal["ok", "infeasible", "oom", "pruned", "failed", "running", "interrupted"]
 SweepStatus = Literal["running", "finished", "failed", "interrupted", "stale"]
@@ -33,8 +45,19 @@ SweepStatus = Literal["running", "finished", "failed", "interrupted", "stale"]
 FINAL_TRIAL_STATUSES = frozenset({"ok", "infeasible", "oom", "pruned", "failed"})
 
 
+# Reading a record back (from MLflow tags, which anyone with the store could have written) checks
+# every field's type and refuses a key the record does not have, rather than dropping it.
+_STRICT = ConfigDict(extra="forbid")
+
+
+class RecordError(InputError):
+    """A stored record that is not one this version of elastune wrote: names the field and the value."""
+
+
 @dataclass
 class TrialRecord:
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
     trial_id: str  # Ray Tune's trial id, or "screened-N" for a proposal the estimator refused
     number: int  # order in which the sampler proposed it (0-based)
     status: TrialStatus
@@ -63,12 +86,14 @@ class TrialRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """The record `to_dict` wrote; RecordError for a wrong type or a key it does not have."""
+        return _validate(_TRIAL, data)
 
 
 @dataclass
 class SweepRecord:
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
     sweep_id: str
     spec: dict[str, Any]  # the validated SweepSpec as a dict
     status: SweepStatus
@@ -101,9 +126,30 @@ class SweepRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRecord:
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known and k != "trials"}
-        return cls(**values, trials=[TrialRecord.from_dict(t) for t in data.get("trials", [])])
+        """The record `to_dict` wrote, trials included; RecordError as `TrialRecord.from_dict`."""
+        return _validate(_SWEEP, data)
+
+
+_TRIAL = TypeAdapter(TrialRecord)
+_SWEEP = TypeAdapter(SweepRecord)
+
+
+R = TypeVar("R")
+
+
+def _validate(adapter: TypeAdapter[R], data: Mapping[str, Any]) -> R:
+    try:
+        return adapter.validate_python(dict(data))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors()[:5]:
+            where = ".".join(str(part) for part in error["loc"]) or "record"
+            value = repr(error.get("input"))
+            problems.append(f"{where} = {value[:80]}: {error['msg']}")
+        raise RecordError(
+            "not a record this version of elastune wrote (" + "; ".join(problems) + "); "
+            "it was written by another version or edited by hand: read it with the elastune that wrote it"
+        ) from exc
 
 
 def pareto_front(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
