@@ -1,7 +1,7 @@
 """The web UI (installed as elastune.ui): launch and follow jobs, compare trials, watch EDO memory.
 
 `elastune ui` starts it (see README, "Web UI"). The library never imports this package; the CLI
-loads it by name (platform/elastune/ui_cli.py).
+loads it by name (platform/elastune/cli/ui.py).
 """
 
 from elastune.ui.app import create_app, serve

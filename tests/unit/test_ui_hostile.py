@@ -310,7 +310,7 @@ def test_a_token_on_the_command_line_is_refused(capsys: pytest.CaptureFixture[st
 def test_the_token_is_read_once_and_leaves_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from elastune.ui_cli import _read_token
+    from elastune.cli.ui import _read_token
 
     monkeypatch.setenv("ELASTUNE_UI_TOKEN", TOKEN)
     assert _read_token(None) == TOKEN

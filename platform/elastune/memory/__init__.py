@@ -1,6 +1,6 @@
 """Device memory: what a run will use (estimate.py), and how trials share a device (EDO: policy.py,
-broker.py, client.py, status_cli.py). What a run uses is measured by training/probe.py, the one
-seam to the hardware, below both.
+broker.py, client.py; `elastune edo status` is cli/edo.py). What a run uses is measured by
+training/probe.py, the one seam to the hardware, below both.
 
 The EDO names below are re-exported lazily, so importing `elastune.memory` pulls in neither Ray
 nor torch (the broker actor's process imports only the policy).

@@ -1,6 +1,6 @@
 """`elastune edo status`: what the cluster's EDO broker holds, per device and per trial.
 
-Registered in cli.py as `app.add_typer(edo_app, name="edo")`. Connects to a running cluster (never
+Registered in cli/app.py as `elastune edo`. Connects to a running cluster (never
 starts one), reads `broker.read_status()`, prints, disconnects.
 """
 
