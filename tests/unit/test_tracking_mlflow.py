@@ -7,6 +7,7 @@ import io
 import re
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -409,11 +410,36 @@ def test_run_url_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert mlflow_run_url(None, "r1") == "https://mlflow.example:8443/#/runs/r1"
 
 
-def test_an_unreachable_server_fails_fast_with_the_fix() -> None:
+def test_an_unreachable_server_fails_with_the_fix() -> None:
     with socket.socket() as sock:  # a port nothing listens on: bound, never listening
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        start = time.monotonic()
         with pytest.raises(InputError, match="no MLflow server answers there"):
             SweepTracker(url)
-    assert time.monotonic() - start < 15
+
+
+def test_a_server_that_does_not_answer_is_asked_once_not_retried() -> None:
+    """Fail fast: one probe of /health, not MLflow's retries with backoff (minutes)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        server.settimeout(0.5)
+        asked: list[bytes] = []
+        done = threading.Event()
+
+        def hang_up() -> None:  # accept each connection, read the request, close without a reply
+            while not done.is_set():
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    asked.append(conn.recv(4096).split(b"\r\n")[0])
+
+        thread = threading.Thread(target=hang_up, daemon=True)
+        thread.start()
+        with pytest.raises(InputError, match="no MLflow server answers there"):
+            SweepTracker(f"http://127.0.0.1:{server.getsockname()[1]}")
+        done.set()
+        thread.join(timeout=5)
+    assert asked == [b"GET /health HTTP/1.1"]

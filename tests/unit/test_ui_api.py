@@ -330,7 +330,7 @@ def test_memory_reader_given_a_dashboard_url_says_what_to_pass_instead() -> None
 
     if ray.is_initialized():
         pytest.skip("this process is already a Ray driver; the reader would use that connection")
-    started = time.monotonic()
     view = memory_view(make_broker_reader("http://127.0.0.1:8265"), 60)
+    # said at once, not after the reader's wait ran out ("not answering"); and no connection tried
     assert not view["available"] and "--ray-address auto" in view["reason"]
-    assert time.monotonic() - started < 8  # never waits on a cluster it cannot name
+    assert not ray.is_initialized()
