@@ -123,8 +123,10 @@ def test_a_stopped_driver_records_the_sweep_as_interrupted(
 
 def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[..., None]) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # Three proposals, one at a time: the driver is killed after the first ends, and two trials'
+    # worth of work keeps it from finishing the sweep while a busy machine polls the store.
     spec = write_spec(
-        tmp_path / "tiny.yaml", tiny_spec(budget={"max_trials": 2, "max_concurrent": 1, "trial_samples": 12800})
+        tmp_path / "tiny.yaml", tiny_spec(budget={"max_trials": 3, "max_concurrent": 1, "trial_samples": 12800})
     )
     driver, log = _driver(tmp_path, [str(spec), "--tracking-uri", uri], "first.log")
 
@@ -154,14 +156,15 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
             _kill_tree(driver)
 
     # The driver never got to say it stopped: the record says running until its beats are missed.
+    assert list_sweeps(uri)[0].status in {"running", "stale"}, "the sweep ended before its driver was killed"
     wait_until(lambda: list_sweeps(uri)[0].status == "stale", 30, "the sweep to read back as stale", 0.5)
     resumed = _resume(tmp_path, sweep_id, uri)
 
     record = load_sweep(sweep_id, uri)
     assert record.status == "finished"
     trials = [t for t in record.trials if t.trial_id != "reference"]
-    # The restored searcher knows it handed out both proposals: the resumed run adds none.
-    assert len(trials) == 2 and len({t.trial_id for t in trials}) == 2
+    # The restored searcher knows which proposals it handed out: the resumed run adds none.
+    assert len(trials) == 3 and len({t.trial_id for t in trials}) == 3
     assert sum(1 for t in record.trials if t.trial_id == "reference") == 1
     client = MlflowClient(uri)
     for trial_id, run_id in before.items():
@@ -169,7 +172,7 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
         assert same.status == "ok" and same.mlflow_run_id == run_id  # not re-run, not re-logged as new
         assert len(client.get_metric_history(run_id, "samples_per_s")) == 1  # logged once, whatever Tune replayed
     assert "reference:" not in resumed.stderr  # the reference is measured once per sweep
-    assert len(_trial_runs(uri, sweep_id)) == 3  # 2 proposals + the reference, no duplicates
+    assert len(_trial_runs(uri, sweep_id)) == 4  # 3 proposals + the reference, no duplicates
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
