@@ -33,6 +33,7 @@ from typing import Any
 
 from ray.tune import Callback
 
+from elastune.compat import torch_backend_base, trainer_without_callbacks
 from elastune.config import RunConfig
 from elastune.tuning.report import TrialReport, final_report, oom_report, progress_report
 
@@ -158,15 +159,7 @@ def _trainer_class() -> Any:
     the module docstring: the sweep's WorkerGroupReaper removes the placement group; the cleaner
     would only leak itself here) and the datasets callback, which starts a DatasetManager actor per
     run to shard Ray Datasets; the engine makes its own data and passes no datasets."""
-    from ray.train.torch import TorchTrainer
-
-    class Trainer(TorchTrainer):
-        def _create_default_callbacks(self) -> list[Any]:
-            callbacks = super()._create_default_callbacks()  # type: ignore[misc]  # Train V2's (mypy sees V1's)
-            dropped = {"PlacementGroupCleanerCallback", "DatasetsCallback"}
-            return [cb for cb in callbacks if type(cb).__name__ not in dropped]
-
-    return Trainer
+    return trainer_without_callbacks(frozenset({"PlacementGroupCleanerCallback", "DatasetsCallback"}))
 
 
 def _node_bound_torch_config(backend: str) -> Any:
@@ -176,9 +169,8 @@ def _node_bound_torch_config(backend: str) -> Any:
     by (127.0.0.1 for a local Ray), and hands it to the store (`master_listen_fd`). The process
     group is then made from that store: the same gloo / nccl group, nothing else listens."""
     from ray.train.torch import TorchConfig
-    from ray.train.torch.config import _TorchBackend
 
-    class Backend(_TorchBackend):  # on_shutdown (destroying the group) is Ray's own
+    class Backend(torch_backend_base()):  # type: ignore[misc]  # on_shutdown (destroying the group) is Ray's own
         def on_start(self, worker_group: Any, backend_config: Any) -> None:
             import ray
 
