@@ -10,7 +10,7 @@ group's figures: samples/s summed over the workers, measured peak the largest wo
 per device), the estimate per worker, and each worker's `world_size`. Only configs whose gradients
 DDP all-reduces run on a group (the spec's validation refuses the others: tuning/spec.py).
 
-Stopping a group's trial (ASHA, or its final report reaching ASHA's max_t) used to hang the sweep:
+Stopping a group's trial (ASHA, or its final report reaching ASHA's max_t) would hang the sweep:
 Tune ends the trial actor while `fit()` is still running, the Train controller and its workers die
 with it (they are owned by it), but the workers' placement group is not owned by anything that
 died: Ray keeps it reserved for the life of the job, so every later trial's worker group waited
