@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
@@ -37,12 +37,16 @@ from elastune.compat import torch_backend_base, trainer_without_callbacks
 from elastune.config import RunConfig
 from elastune.tuning.report import TrialReport, final_report, oom_report, progress_report
 
+if TYPE_CHECKING:
+    from elastune.training.loop import Progress
+    from elastune.tuning.spec import SweepSpec
+
 __all__ = ["DRIVER_MEMORY", "WorkerGroupReaper", "run_worker_group"]
 
 DRIVER_MEMORY = 256 * 2**20  # what a worker group's driver asks Tune for instead of a CPU
 
 
-def run_worker_group(cfg: RunConfig, spec: Any, limits: dict[str, Any]) -> None:
+def run_worker_group(cfg: RunConfig, spec: SweepSpec, limits: dict[str, Any]) -> None:
     """Fit a TorchTrainer of `workers_per_trial` workers from this (driver) trial process. Its
     workers report to Tune through Ray Train's TuneReportCallback (rank 0's report: the group's)."""
     from ray import train, tune
@@ -103,7 +107,7 @@ def _train_worker(loop_config: dict[str, Any]) -> None:
     pg = ray.util.get_current_placement_group()
     who = {"world_size": world, "placement_group": pg.id.hex() if pg is not None else None}
 
-    def report(p: Any) -> None:
+    def report(p: Progress) -> None:
         (rate,) = _group_reduce([p.samples_per_s or 0.0], dist.ReduceOp.SUM)
         report = progress_report(p, samples_per_s=rate, samples=p.samples * world)
         ray_train.report(report.model_copy(update=who).to_metrics())
