@@ -1,5 +1,30 @@
-"""elastune: find, then run, the fastest way to train an embedding-heavy model in a memory ceiling."""
+"""elastune: find, then run, the fastest way to train an embedding-heavy model in a memory ceiling.
+
+The public API for your own models is importable from here; it loads lazily (torch is imported on
+first use, so `import elastune` stays cheap for the command line).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["EmbeddingConfig", "RunConfig", "__version__", "swap_embeddings"]
+
+_LAZY = {
+    "EmbeddingConfig": "elastune.config",
+    "RunConfig": "elastune.config",
+    "swap_embeddings": "elastune.embeddings.swap",
+}
+
+if TYPE_CHECKING:
+    from elastune.config import EmbeddingConfig, RunConfig
+    from elastune.embeddings.swap import swap_embeddings
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'elastune' has no attribute {name!r}")

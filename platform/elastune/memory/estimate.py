@@ -203,8 +203,8 @@ def _distinct_rows(workload: str, data_json: str, micro: int, eval_batch: int) -
 
 def _trace_training(cfg: RunConfig, tracker: _LiveBytes) -> None:
     """What `training.loop.train` allocates, step for step, on fake tensors."""
-    from elastune.training.step import forward_backward
     from elastune.training.optim import Optimizers
+    from elastune.training.step import forward_backward
 
     workload = build_workload(cfg)
     if tracker.cuda is None:

@@ -19,6 +19,7 @@ from torch import nn
 from elastune.config import OptimizerConfig
 from elastune.embeddings.fbgemm import UpdatesInBackward
 from elastune.embeddings.sparse_optim import RowUpdate, SelfUpdating, SparseRowOptimizer
+from elastune.embeddings.swap import strategy_modules
 
 __all__ = ["Optimizers"]
 
@@ -27,13 +28,16 @@ _DENSE = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD, "adagrad": torch.opt
 
 class Optimizers:
     def __init__(self, model: nn.Module, cfg: OptimizerConfig) -> None:
-        emb = model.embeddings
-        sparse = list(emb.sparse_parameters())  # type: ignore[union-attr,operator]
+        # The tables: a built-in workload's `model.embeddings`, or those swap_embeddings put
+        # anywhere in a user's model.
+        tables = list(strategy_modules(model))
+        sparse = [p for table in tables for p in table.sparse_parameters()]  # type: ignore[operator]
         sparse_ids = {id(p) for p in sparse}
-        if isinstance(emb, UpdatesInBackward):
-            # The kernel updates these tables in backward with the run's row optimizer and rate.
-            emb.set_row_update(RowUpdate(cfg.sparse, cfg.lr))
-            sparse_ids |= {id(p) for p in emb.fused_parameters()}
+        for table in tables:
+            if isinstance(table, UpdatesInBackward):
+                # The kernel updates these tables in backward with the run's row optimizer and rate.
+                table.set_row_update(RowUpdate(cfg.sparse, cfg.lr))
+                sparse_ids |= {id(p) for p in table.fused_parameters()}
         dense = [p for p in model.parameters() if id(p) not in sparse_ids and p.requires_grad]
         # torch's fused Adagrad runs on CPU only (fused Adam and SGD run on CUDA too): elsewhere
         # Adagrad takes torch's default (foreach) implementation.
@@ -48,15 +52,15 @@ class Optimizers:
                 self.sparse = SparseRowOptimizer(sparse, cfg.sparse, lr=cfg.lr)
             self.all.append(self.sparse)
         # A self-updating strategy holds its rows (and their optimizer state) itself.
-        self.self_updating: SelfUpdating | None = emb if isinstance(emb, SelfUpdating) else None
+        self.self_updating: list[SelfUpdating] = [t for t in tables if isinstance(t, SelfUpdating)]
         self.row_update = RowUpdate(cfg.sparse, cfg.lr) if cfg.sparse != "adam" else None
 
     def step(self, scaler: torch.amp.GradScaler) -> None:
         rows_ok = True
         scale = float(scaler.get_scale()) if scaler.is_enabled() else 1.0
-        if self.self_updating is not None:
+        for table in self.self_updating:
             assert self.row_update is not None  # RunConfig pairs self-updating strategies with one
-            rows_ok = self.self_updating.sparse_step(self.row_update, scale)  # skips itself on inf/nan
+            rows_ok = table.sparse_step(self.row_update, scale) and rows_ok  # skips itself on inf/nan
         for opt in self.all:
             scaler.step(opt)  # unscales first, and skips the step if fp16 grads overflowed
         if not rows_ok and scaler.is_enabled():
@@ -68,8 +72,8 @@ class Optimizers:
     def zero_grad(self) -> None:
         for opt in self.all:
             opt.zero_grad(set_to_none=True)  # None, not zeros: the memory is freed between steps
-        if self.self_updating is not None:
-            self.self_updating.zero_pending()
+        for table in self.self_updating:
+            table.zero_pending()
 
     def state_dict(self) -> dict[str, Any]:
         # A self-updating strategy's row state is in the model's state_dict (it travels with rows).
