@@ -44,7 +44,7 @@ from typing import Any, Literal
 import optuna
 from optuna.distributions import distribution_to_json, json_to_distribution
 from optuna.trial import TrialState
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from ray.tune.search import Searcher
 
 from elastune.dotted import nest
@@ -290,7 +290,7 @@ class ScreeningSearch(Searcher):
         state = TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
         try:
             self._study.tell(ot_trial, None if value is None else float(value), state=state)
-        except (ValueError, TypeError, RuntimeError) as exc:  # e.g. a NaN metric: the trial stays untold
+        except Exception as exc:  # as OptunaSearch did: one untold trial must not end the sweep
             log.warning("sweep %s: could not tell Optuna trial %s: %s", self._sweep_id, trial_id, exc)
 
     def save(self, checkpoint_path: str) -> None:
@@ -409,9 +409,11 @@ def load_search_state(path: Path) -> SearchState:
     """A saved searcher state, validated; says which file and what is wrong when it is not one."""
     try:
         return SearchState.model_validate_json(path.read_bytes())
-    except ValueError as exc:
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
         raise ValueError(
-            f"{path}: not a searcher state this elastune wrote ({STATE_FORMAT}): {exc}; "
+            f"{path}: not a searcher state this elastune wrote ({STATE_FORMAT}; {where}: {first['msg']}); "
             "start a new sweep instead of resuming this one"
         ) from None
 
