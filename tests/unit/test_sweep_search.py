@@ -1,20 +1,30 @@
 """The searcher tells Optuna every outcome as COMPLETE with constraint values, never FAIL, so TPE
 learns where the ceiling lies: screened proposals (never launched), OOM trials, slow trials. And it
-never hands Tune a config twice: a repeat is told its known result, and the space's end is an end."""
+never hands Tune a config twice: a repeat is told its known result, and the space's end is an end.
+Its state survives a save and restore as JSON, and one seed gives one sequence of proposals."""
 
 from __future__ import annotations
 
+import json
+import warnings
+from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
 from elastune.tuning.pricing import screen
 from elastune.tuning.report import oom_report
-from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, param_key
+from elastune.tuning.search import MAX_REPEATS, SCREENED, ScreeningSearch, make_sampler, param_key
 from elastune.tuning.space import grid_points
 from elastune.tuning.spec import validate_sweep_spec
 
 from tests.integration.sweep_specs import TINY_BASE, tiny_spec
+
+# Optuna's deprecations fail these tests (the searcher is written against Optuna's current API), and
+# so does an ExperimentalWarning: the searcher filters the one it expects where the sampler is made.
+pytestmark = pytest.mark.filterwarnings(
+    "error::DeprecationWarning:optuna", "error::optuna.exceptions.ExperimentalWarning"
+)
 
 
 def searcher(**constraints: Any) -> ScreeningSearch:
@@ -199,3 +209,135 @@ def test_proposals_are_priced_for_the_trials_device_not_the_drivers(device: str,
     fits, predicted, _ = screen(spec, params)
     assert fits and predicted == estimate(cfg, torch.device(priced)).peak_bytes
     assert estimate(cfg, torch.device("cuda")).peak_bytes != estimate(cfg, torch.device("cpu")).peak_bytes
+
+
+# -- pruned and failed trials: told as OptunaSearch told them ------------------------------------
+
+
+def test_a_trial_that_ends_without_the_metric_is_pruned_and_an_errored_one_failed() -> None:
+    s = searcher()
+    for i in range(3):
+        assert isinstance(s.suggest(f"t{i}"), dict)
+    s.on_trial_result("t0", {"samples_per_s": 5.0, "training_iteration": 3})
+    s.on_trial_complete("t0", result=None)  # stopped by Tune (e.g. the time budget) after a report
+    s.on_trial_complete("t1", error=True)
+    s.on_trial_complete("t2", result={})  # stopped before its first report
+    s.on_trial_complete("t2", result={"samples_per_s": 9.0})  # Tune tells once; a second word is ignored
+    t0, t1, t2 = s.study().get_trials(deepcopy=False)
+    assert (t0.state, t0.intermediate_values, t0.value) == (optuna.trial.TrialState.PRUNED, {3: 5.0}, 5.0)
+    assert (t1.state, t1.value) == (optuna.trial.TrialState.FAIL, None)
+    assert (t2.state, t2.value) == (optuna.trial.TrialState.PRUNED, None)
+
+
+# -- seeds: one seed, one sequence of proposals ------------------------------------------------
+
+
+def proposals(algorithm: str, seed: int, n: int = 6) -> list[dict[str, Any]]:
+    changes = {"parameters": CONDITIONAL, "search": {"algorithm": algorithm, "seed": seed}, "budget": {"max_trials": n}}
+    s = ScreeningSearch(validate_sweep_spec(tiny_spec(**changes)), "unit-seed", metric="samples_per_s", mode="max")
+    return drain(s)
+
+
+@pytest.mark.parametrize("algorithm", ["tpe", "random", "grid"])
+def test_the_same_seed_proposes_the_same_configs_in_the_same_order(algorithm: str) -> None:
+    first = proposals(algorithm, seed=3)
+    assert len(first) == 6 and first == proposals(algorithm, seed=3)
+    orders = {tuple(map(param_key, proposals(algorithm, seed))) for seed in range(4)}
+    assert len(orders) > 1, "the seed changes nothing"
+
+
+def test_making_the_samplers_warns_of_nothing() -> None:
+    """BruteForceSampler and TPE's `group` are experimental in Optuna: chosen on purpose, so the
+    warning is filtered where the sampler is made, not shown on every sweep's console."""
+    for algorithm, parameters in [("grid", None), ("tpe", CONDITIONAL), ("tpe", None), ("random", None)]:
+        changes: dict[str, Any] = {"search": {"algorithm": algorithm}}
+        if parameters:
+            changes["parameters"] = parameters
+        spec = validate_sweep_spec(tiny_spec(**changes))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            make_sampler(spec)
+            ScreeningSearch(spec, "unit-quiet", metric="samples_per_s", mode="max")
+
+
+# -- save and restore: JSON the searcher writes, a study rebuilt from it ----------------------------
+
+
+def snapshot(s: ScreeningSearch) -> list[tuple[Any, ...]]:
+    return [
+        (t.number, t.state, t.value, t.params, t.distributions, t.constraints, t.user_attrs, t.intermediate_values)
+        for t in s.study().get_trials(deepcopy=False)
+    ]
+
+
+def half_done(tmp_path: Path) -> tuple[ScreeningSearch, Path, dict[str, Any]]:  # searcher, state, running
+    """A TPE sweep over the conditional space saved mid-way: three trials told (one out of memory),
+    repeats told from memory, and one trial still running with an intermediate report."""
+    spec = validate_sweep_spec(
+        tiny_spec(parameters=CONDITIONAL, search={"algorithm": "tpe"}, budget={"max_trials": 40})
+    )
+    s = ScreeningSearch(spec, "unit-save", metric="samples_per_s", mode="max", sampler=_Settled())
+    for i in range(3):
+        assert isinstance(s.suggest(f"t{i}"), dict)
+    s.on_trial_complete("t0", result={"samples_per_s": 7.0, "elastune_constraints": {"memory": -0.5, "quality": 0.1}})
+    s.on_trial_complete("t1", result=oom_report("out of memory").to_metrics())
+    s.on_trial_complete("t2", result={"samples_per_s": 3.0, "elastune_constraints/memory": -0.1})
+    running = s.suggest("t3")
+    assert isinstance(running, dict)
+    s.on_trial_result("t3", {"samples_per_s": 2.5, "training_iteration": 1})
+    path = tmp_path / "searcher-state.json"
+    s.save(str(path))
+    return s, path, running
+
+
+def test_save_writes_json_and_restore_rebuilds_the_same_study(tmp_path: Path) -> None:
+    s, path, _ = half_done(tmp_path)
+    saved = json.loads(path.read_text())  # JSON, not a pickle: loading it runs no code
+    assert saved["format"] == "elastune.search/1" and saved["proposed"] == 4
+    assert [t["tune_trial_id"] for t in saved["trials"] if t["state"] == "RUNNING"] == ["t3"]
+    restored = ScreeningSearch(s.spec, "unit-save", metric="samples_per_s", mode="max")
+    restored.restore(str(path))
+    assert snapshot(restored) == snapshot(s)
+    assert (
+        (restored.proposed, restored.repeats, restored.drawn)
+        == (s.proposed, s.repeats, s.drawn)
+        == (4, 3 * MAX_REPEATS, 3)
+    )
+
+
+def test_a_restored_search_goes_on_where_it_stopped(tmp_path: Path) -> None:
+    s, path, running = half_done(tmp_path)
+    restored = ScreeningSearch(s.spec, "unit-save", metric="samples_per_s", mode="max")
+    restored.restore(str(path))
+    # the trial Tune was running ends after the resume: its own Optuna trial is told, constraints and all
+    restored.on_trial_complete("t3", result={"samples_per_s": 4.0, "elastune_constraints/memory": 0.2})
+    t3 = restored.study().get_trials(deepcopy=False)[-1]
+    assert t3.params == params_of(running) and t3.state == optuna.trial.TrialState.COMPLETE
+    assert (t3.value, t3.constraints, t3.intermediate_values) == (4.0, {"memory": 0.2}, {1: 2.5})
+    # and it proposes only what was not proposed before, then ends with the space
+    before = [
+        params_of(t.params) for t in s.study().get_trials(deepcopy=False) if "elastune_repeat_of" not in t.user_attrs
+    ]
+    after = drain(restored)
+    assert sorted(map(param_key, before + after)) == sorted(map(param_key, grid_points(s.spec.parameters)))
+    assert restored.proposed == 6
+
+
+def test_restoring_one_state_twice_proposes_the_same(tmp_path: Path) -> None:
+    _, path, _ = half_done(tmp_path)  # then resumed as a seeded random search: its draws must repeat
+    spec = validate_sweep_spec(
+        tiny_spec(parameters=CONDITIONAL, search={"algorithm": "random"}, budget={"max_trials": 40})
+    )
+    runs = []
+    for _ in range(2):
+        restored = ScreeningSearch(spec, "unit-save", metric="samples_per_s", mode="max")
+        restored.restore(str(path))
+        runs.append(drain(restored))
+    assert runs[0] == runs[1] and len(runs[0]) == 2
+
+
+def test_a_state_that_is_not_ours_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "searcher-state-x.pkl"
+    path.write_bytes(b"\x80\x04K\x01.")  # a pickle: never loaded
+    with pytest.raises(ValueError, match=r"searcher-state-x\.pkl: not a searcher state this elastune wrote"):
+        searcher().restore(str(path))

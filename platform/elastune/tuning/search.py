@@ -1,12 +1,14 @@
-"""From a SweepSpec to proposals: Optuna's sampler behind Ray Tune's OptunaSearch, with the memory
+"""From a SweepSpec to proposals: an Optuna study the searcher owns and drives by ask and tell
+(Optuna's public interface), behind Ray Tune's public `Searcher` interface, with the memory
 estimator screening every proposal before Ray sees it.
 
-Why a subclass of OptunaSearch: Ray Tune tells Optuna an errored trial as FAIL, and TPE ignores
-FAIL trials, so the sampler would never learn where the ceiling is. Here nothing that is
-over the ceiling, out of memory or below the quality bar is an error: each is told to Optuna as a
-COMPLETE trial whose *constraint* values are positive (`Trial.set_constraint`: <= 0 is feasible;
-TPE models infeasible trials apart), and a proposal the estimator prices over the ceiling is told
-at once, without a Ray trial.
+Why not Ray's OptunaSearch: Ray Tune tells Optuna an errored trial as FAIL, and TPE ignores
+FAIL trials, so the sampler would never learn where the ceiling is; changing that meant reading
+OptunaSearch's private attributes. Here nothing that is over the ceiling, out of memory or below
+the quality bar is an error: each is told to Optuna as a COMPLETE trial whose *constraint* values
+are positive (`Trial.set_constraint`: <= 0 is feasible; TPE models infeasible trials apart), and a
+proposal the estimator prices over the ceiling is told at once, without a Ray trial. A trial that
+ends without the metric is told PRUNED (FAIL when it errored), as OptunaSearch did.
 
 Why the searcher remembers proposals: over a discrete space TPE (and random search, which draws
 with replacement) proposes configs it has already tried, and a sweep would train each again.
@@ -15,22 +17,37 @@ so a repeat is answered from memory, as Optuna's FAQ does for duplicated paramet
 trial the earlier trial's value), and the sampler is asked again. If it keeps returning to known
 configs (TPE does once it has settled on a region), an unseen point of the space is proposed
 instead, drawn at random; when every point is known, the sweep ends.
+
+Why the saved state is JSON, not a pickle: Tune saves a searcher into the sweep's state folder
+(`$ELASTUNE_HOME/sweeps/SWEEP_ID`) and a resume loads it back. The file holds what Optuna was told
+(each trial's state, value, parameters, distributions, constraints, intermediate values) and the
+searcher's counters; `restore` rebuilds an in-memory study from it with `create_trial` and
+`add_trial`. Loading it runs no code, and it reads back across Optuna and Ray versions. An
+Optuna JournalStorage file would also survive, but it is written on every ask and tell (a
+suggestion may ask a dozen times), apart from Tune's checkpoints, and it still would not hold the
+searcher's own counters. What a resume does not get back is the sampler's random state (a
+sampler's private attribute): the restored sampler is seeded from the sweep's seed and the number
+of trials told, so a resume is as deterministic as a fresh sweep, though not the same draws an
+uninterrupted sweep would have made.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import optuna
+from optuna.distributions import distribution_to_json, json_to_distribution
 from optuna.trial import TrialState
+from pydantic import BaseModel, ConfigDict, ValidationError
 from ray.tune.search import Searcher
-from ray.tune.search.optuna import OptunaSearch
 
-from elastune.dotted import flatten
+from elastune.dotted import nest
 from elastune.tracking.records import TrialRecord
 from elastune.tuning.keys import CONSTRAINTS_ATTR, ESTIMATE_KEY, NUMBER_KEY
 from elastune.tuning.pricing import screen
@@ -40,11 +57,14 @@ from elastune.tuning.spec import SweepSpec
 __all__ = [
     "MAX_REPEATS",
     "SCREENED",
+    "STATE_FORMAT",
     "Screened",
     "Screener",
     "ScreeningSearch",
+    "SearchState",
     "SpaceFunction",
     "discrete_points",
+    "load_search_state",
     "make_sampler",
     "param_key",
     "records_for_screened",
@@ -57,6 +77,11 @@ log = logging.getLogger(__name__)
 # ask and a repeat told from memory cost milliseconds, a trial minutes.
 MAX_REPEATS = 8
 DISCRETE_LIMIT = 10_000  # a discrete space with more points is not enumerated (repeats are rare there)
+REPEAT_ATTR = "elastune_repeat_of"  # a repeat's user attribute: the number of the trial it repeats
+STATE_FORMAT: Literal["elastune.search/1"] = (
+    "elastune.search/1"  # the saved state's format; `restore` refuses any other
+)
+TRAINING_ITERATION = "training_iteration"  # Tune's own counter in every report (the report's step)
 
 # (fits, predicted peak bytes, reason) for a proposal: `screen` prices it with the estimator; the
 # tuner benchmark passes one that reads the estimate cached beside each measured config.
@@ -70,27 +95,32 @@ def set_constraints(ot_trial: optuna.Trial, values: Mapping[str, float]) -> None
         ot_trial.set_constraint(key, float(value))
 
 
-def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
-    seed = spec.search.seed
+def make_sampler(spec: SweepSpec, seed: int | None = None) -> optuna.samplers.BaseSampler:
+    """The spec's sampler, seeded with `seed` (default: the spec's search.seed)."""
+    seed = spec.search.seed if seed is None else seed
     if spec.search.algorithm == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if spec.search.algorithm == "grid":
-        return _GridSampler(seed=seed)
-    # Few startup trials: sweeps are short, and TPE's constrained model is what learns the ceiling.
-    n_startup = max(3, min(10, spec.budget.max_trials // 4))
-    # Multivariate TPE models only the parameters every trial has; with `when` the gated ones would
-    # be drawn independently of the rest (e.g. the sparse optimizer apart from the strategy it goes
-    # with). `group` models each set of parameters that occur together jointly (Optuna's advice for
-    # conditional spaces); without `when` it is plain multivariate TPE. On the tuner benchmark's
-    # conditional grid it halves the median trials to 95% of the best (bench/RESULTS.md, Tuner).
-    conditional = any(p.when for p in spec.parameters.values())
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True, group=conditional)
+    # Optuna marks BruteForceSampler and TPE's `group` option experimental and warns on each
+    # construction; both are chosen deliberately (see below), so the warning is no news to a user.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if spec.search.algorithm == "grid":
+            return _GridSampler(seed=seed)
+        # Few startup trials: sweeps are short, and TPE's constrained model is what learns the ceiling.
+        n_startup = max(3, min(10, spec.budget.max_trials // 4))
+        # Multivariate TPE models only the parameters every trial has; with `when` the gated ones would
+        # be drawn independently of the rest (e.g. the sparse optimizer apart from the strategy it goes
+        # with). `group` models each set of parameters that occur together jointly (Optuna's advice for
+        # conditional spaces); without `when` it is plain multivariate TPE. On the tuner benchmark's
+        # conditional grid it halves the median trials to 95% of the best (bench/RESULTS.md, Tuner).
+        conditional = any(p.when for p in spec.parameters.values())
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True, group=conditional)
 
 
 class _GridSampler(optuna.samplers.BruteForceSampler):
     """BruteForceSampler enumerates define-by-run spaces, conditional parameters included. Its
     `after_trial` stops the study when the grid is exhausted, which raises outside `optimize()`
-    (Tune drives Optuna by ask/tell); the searcher stops at the grid's size instead."""
+    (the searcher drives Optuna by ask/tell); the searcher stops at the grid's size instead."""
 
     def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
         return None
@@ -98,8 +128,9 @@ class _GridSampler(optuna.samplers.BruteForceSampler):
 
 @dataclass
 class SpaceFunction:
-    """Optuna define-by-run space for a spec: draws parameters in order, skipping gated ones.
-    A picklable object rather than a closure, because Ray checkpoints the searcher."""
+    """Optuna define-by-run space for a spec: draws parameters in order, skipping gated ones, and
+    returns what it drew (flat: dotted names). A picklable object rather than a closure, because
+    Tune pickles the searcher with the sweep's experiment."""
 
     parameters: dict[str, Any]  # name -> parameter model dumped to a dict
 
@@ -107,13 +138,14 @@ class SpaceFunction:
     def from_spec(cls, spec: SweepSpec) -> SpaceFunction:
         return cls({name: p.model_dump() for name, p in spec.parameters.items()})
 
-    def __call__(self, trial: optuna.Trial) -> None:
+    def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
         drawn: dict[str, Any] = {}
         for name, raw in self.parameters.items():
             when = raw.get("when") or {}
             if any(key not in drawn or drawn[key] not in allowed for key, allowed in when.items()):
                 continue
             drawn[name] = _suggest(trial, name, raw)
+        return drawn
 
 
 def _suggest(trial: optuna.Trial, name: str, raw: Mapping[str, Any]) -> Any:
@@ -140,11 +172,43 @@ class Screened:
 SCREENED: dict[str, list[Screened]] = {}
 
 
-class ScreeningSearch(OptunaSearch):
-    """OptunaSearch that (1) counts every proposal against max_trials, (2) prices each with the
-    estimator and tells over-ceiling ones to Optuna as constraint violations instead of launching
-    them, (3) tells every finished trial with its constraint values, and (4) never hands Tune a
-    config it has already proposed: a repeat is told the known result and the sampler asked again.
+class SavedTrial(BaseModel):
+    """One trial of the study as `save` writes it: what `optuna.trial.create_trial` takes back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int
+    state: Literal["RUNNING", "COMPLETE", "PRUNED", "FAIL"]
+    value: float | None = None
+    params: dict[str, Any] = {}
+    distributions: dict[str, str] = {}  # name -> optuna.distributions.distribution_to_json
+    user_attrs: dict[str, Any] = {}
+    constraints: dict[str, float] = {}
+    intermediate_values: dict[int, float] = {}
+    tune_trial_id: str | None = None  # a RUNNING trial that Tune runs: its Tune trial id
+
+
+class SearchState(BaseModel):
+    """The searcher's saved state (`ScreeningSearch.save`): a JSON document, read back without
+    running any code. The proposal counters, the random draw of unseen points, and the study."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["elastune.search/1"] = STATE_FORMAT
+    sweep_id: str
+    proposed: int
+    repeats: int
+    drawn: int
+    draw_state: list[Any]  # random.Random.getstate() of the unseen-point draw
+    trials: list[SavedTrial]
+
+
+class ScreeningSearch(Searcher):
+    """A Tune searcher over its own Optuna study that (1) counts every proposal against
+    max_trials, (2) prices each with the estimator and tells over-ceiling ones to Optuna as
+    constraint violations instead of launching them, (3) tells every finished trial with its
+    constraint values, and (4) never hands Tune a config it has already proposed: a repeat is told
+    the known result and the sampler asked again.
 
     `sampler` and `screener` default to what the sweep uses (`make_sampler(spec)`, `screen`)."""
 
@@ -153,17 +217,19 @@ class ScreeningSearch(OptunaSearch):
         spec: SweepSpec,
         sweep_id: str,
         metric: str,
-        mode: str,
+        mode: Literal["min", "max"],
         *,
         sampler: optuna.samplers.BaseSampler | None = None,
         screener: Screener | None = None,
     ) -> None:
-        super().__init__(
-            space=SpaceFunction.from_spec(spec), metric=metric, mode=mode, sampler=sampler or make_sampler(spec)
-        )
+        super().__init__(metric=metric, mode=mode)
         self._spec = spec
         self._sweep_id = sweep_id
         self._screen: Screener = screener or screen
+        self._space = SpaceFunction.from_spec(spec)
+        self._own_sampler = sampler is None  # a resume re-seeds the sweep's sampler, never a given one
+        self._study = _new_study(sampler or make_sampler(spec), mode)
+        self._live: dict[str, optuna.Trial] = {}  # Tune trial id -> its Optuna trial, until it is told
         self._points = discrete_points(spec)  # None: continuous (or huge), so it cannot be exhausted
         self._max_trials = spec.budget.max_trials
         if spec.search.algorithm == "grid":
@@ -174,27 +240,105 @@ class ScreeningSearch(OptunaSearch):
         self.repeats = 0  # proposals of known configs, told from memory (never a Ray trial)
         self.drawn = 0  # unseen points drawn because the sampler returned MAX_REPEATS known configs in a row
 
-    def suggest(self, trial_id: str) -> dict[Any, Any] | None:  # or Searcher.FINISHED (a str)
+    # -- Tune's Searcher interface
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:  # or Searcher.FINISHED (a str)
         spec = self._spec
         while self.proposed < self._max_trials:
-            params = self._propose_new(trial_id)
-            if params is None:
+            flat = self._propose_new(trial_id)
+            if flat is None:
                 break
             number = self.proposed
             self.proposed += 1
-            flat = flatten(params, sep="/")  # OptunaSearch unflattens on "/", never on "."
-            self._known[param_key(flat)] = self._ot_trials[trial_id].number
+            self._known[param_key(flat)] = self._live[trial_id].number
             fits, predicted, reason = self._screen(spec, flat)
             if fits:
                 # Carried in the trial's config so the driver's callback sees them, also after a
                 # restore; the trainable drops every elastune_* key before building the RunConfig.
-                return {**params, NUMBER_KEY: number, ESTIMATE_KEY: predicted}
-            ot_trial = self._ot_trials.pop(trial_id)
+                return {**nest(flat, sep="/"), NUMBER_KEY: number, ESTIMATE_KEY: predicted}
+            ot_trial = self._live.pop(trial_id)
             ceiling = spec.constraints.memory_ceiling or 1
             set_constraints(ot_trial, {"memory": ((predicted or ceiling) - ceiling) / ceiling + 1e-9, "quality": 0.0})
-            self.study().tell(ot_trial, _worst(str(self._mode)))
+            self._study.tell(ot_trial, self._worst())
             SCREENED.setdefault(self._sweep_id, []).append(Screened(number, flat, predicted, reason))
         return Searcher.FINISHED  # type: ignore[return-value]
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        """An intermediate value for the trial (TPE ranks pruned trials by their last one). A
+        report without the objective (an out-of-memory trial's final report has no samples/s) is
+        none: Optuna would refuse None; on_trial_complete tells its outcome."""
+        value = result.get(str(self.metric))
+        ot_trial = self._live.get(trial_id)
+        if value is None or ot_trial is None:  # or the trial was told already
+            return
+        ot_trial.report(float(value), step=int(result[TRAINING_ITERATION]))
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        """Tell the trial's outcome: COMPLETE with its constraint values when it reported the
+        metric or constraints (an out-of-memory trial: the worst value), else PRUNED, or FAIL
+        when it errored. Tune calls this once per trial; a second call is ignored."""
+        ot_trial = self._live.pop(trial_id, None)
+        if ot_trial is None:
+            return
+        metric = str(self.metric)
+        constraints = _constraints_in(result or {})
+        if result is not None and constraints:
+            set_constraints(ot_trial, constraints)
+            if result.get(metric) is None:  # an OOM trial has no throughput: the worst value
+                result = {**result, metric: self._worst()}
+        value = result.get(metric) if result else None
+        state = TrialState.COMPLETE if value is not None else TrialState.FAIL if error else TrialState.PRUNED
+        try:
+            self._study.tell(ot_trial, None if value is None else float(value), state=state)
+        except Exception as exc:  # as OptunaSearch did: one untold trial must not end the sweep
+            log.warning("sweep %s: could not tell Optuna trial %s: %s", self._sweep_id, trial_id, exc)
+
+    def save(self, checkpoint_path: str) -> None:
+        """Write the searcher's state as JSON (`SearchState`) to the file Tune names."""
+        live = {ot_trial.number: trial_id for trial_id, ot_trial in self._live.items()}
+        state = SearchState(
+            sweep_id=self._sweep_id,
+            proposed=self.proposed,
+            repeats=self.repeats,
+            drawn=self.drawn,
+            draw_state=_jsonable(self._rng.getstate()),
+            trials=[_saved_trial(t, live.get(t.number)) for t in self._study.get_trials(deepcopy=False)],
+        )
+        Path(checkpoint_path).write_text(state.model_dump_json(indent=1))
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Rebuild the study from a state `save` wrote: finished trials are added as they were
+        told; the trials Tune was running are asked again with their parameters (enqueued), so a
+        resumed trial's outcome is told to the trial that proposed it."""
+        state = load_search_state(Path(checkpoint_path))
+        sampler = self._study.sampler
+        if self._own_sampler:
+            sampler = make_sampler(self._spec, seed=(self._spec.search.seed + len(state.trials)) % 2**32)
+        self._study = _new_study(sampler, str(self.mode))
+        self._live = {}
+        for saved in sorted(state.trials, key=lambda t: t.number):
+            if saved.state == "RUNNING":
+                self._ask_again(saved)
+            else:
+                self._study.add_trial(_frozen(saved))
+        self._known = {}
+        for t in self._study.get_trials(deepcopy=False):
+            if REPEAT_ATTR not in t.user_attrs:
+                self._known.setdefault(param_key(t.params), t.number)
+        self.proposed, self.repeats, self.drawn = state.proposed, state.repeats, state.drawn
+        self._rng.setstate(_state_tuple(state.draw_state))
+
+    # -- what tests and the tuner benchmark read
+
+    @property
+    def spec(self) -> SweepSpec:
+        return self._spec
+
+    def study(self) -> optuna.Study:
+        """The Optuna study this searcher tells every outcome to."""
+        return self._study
+
+    # -- proposing
 
     def _propose_new(self, trial_id: str) -> dict[str, Any] | None:
         """The next config not proposed before, asked of the sampler under `trial_id`; None when
@@ -204,30 +348,46 @@ class ScreeningSearch(OptunaSearch):
             log.info("sweep %s: every one of the %d configs has been proposed", self._sweep_id, len(self._points))
             return None
         for _ in range(MAX_REPEATS):
-            params = super().suggest(trial_id) or {}
-            key = param_key(flatten(params, sep="/"))
+            flat = self._ask(trial_id)
+            key = param_key(flat)
             if key not in self._known:
-                return params
-            self._tell_repeat(self._ot_trials.pop(trial_id), self._known[key])
+                return flat
+            self._tell_repeat(self._live.pop(trial_id), self._known[key])
         unseen = self._draw_unseen()
         if unseen is None:
             log.info("sweep %s: the sampler proposed only known configs %d times in a row", self._sweep_id, MAX_REPEATS)
             return None
         self.drawn += 1
-        self.study().enqueue_trial(unseen)  # the next ask takes these values (its sampler is skipped)
-        return super().suggest(trial_id) or {}
+        self._study.enqueue_trial(unseen)  # the next ask takes these values (its sampler is skipped)
+        return self._ask(trial_id)
+
+    def _ask(self, trial_id: str) -> dict[str, Any]:
+        """Ask the study for a trial, run under `trial_id` until it is told; its parameters (flat)."""
+        ot_trial = self._study.ask()
+        self._live[trial_id] = ot_trial
+        return self._space(ot_trial)
+
+    def _ask_again(self, saved: SavedTrial) -> None:
+        """Re-create a trial that was running when the state was saved, with its parameters."""
+        self._study.enqueue_trial(saved.params)
+        ot_trial = self._study.ask()
+        self._space(ot_trial)
+        for step, value in sorted(saved.intermediate_values.items()):
+            ot_trial.report(value, step=step)
+        if saved.tune_trial_id is not None:
+            self._live[saved.tune_trial_id] = ot_trial
 
     def _tell_repeat(self, ot_trial: optuna.Trial, first: int) -> None:
         """Finish a repeated proposal with what its first proposal (trial `first`) got. The
         sampler's model then holds the point twice, as it would had the repeat been trained."""
         self.repeats += 1
-        known = self.study().get_trials(deepcopy=False)[first]  # trial numbers index a study's trials
-        ot_trial.set_user_attr("elastune_repeat_of", first)
+        known = self._study.get_trials(deepcopy=False)[first]  # trial numbers index a study's trials
+        ot_trial.set_user_attr(REPEAT_ATTR, first)
         if known.state == TrialState.COMPLETE:
             set_constraints(ot_trial, known.constraints)
-            self.study().tell(ot_trial, known.value)
+            self._study.tell(ot_trial, known.value)
         else:  # still running (concurrent trials), or pruned/failed: no result to repeat
-            self.study().tell(ot_trial, state=TrialState.FAIL)
+            self._study.tell(ot_trial, state=TrialState.FAIL)
 
     def _draw_unseen(self) -> dict[str, Any] | None:
         if self._points is None:
@@ -235,26 +395,62 @@ class ScreeningSearch(OptunaSearch):
         unseen = [p for p in self._points if param_key(p) not in self._known]
         return self._rng.choice(unseen) if unseen else None
 
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        # A report without the objective (an out-of-memory trial's final report has no samples/s)
-        # is no intermediate value: Optuna would refuse None. on_trial_complete tells its outcome.
-        if result.get(str(self.metric)) is None:
-            return
-        super().on_trial_result(trial_id, result)
+    def _worst(self) -> float:
+        return 0.0 if self.mode == "max" else float("inf")
 
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        ot_trial = self._ot_trials.get(trial_id)
-        constraints = _constraints_in(result or {})
-        if ot_trial is not None and result is not None and constraints:
-            set_constraints(ot_trial, constraints)
-            metric = str(self._metric)
-            if result.get(metric) is None:  # an OOM trial has no throughput: the worst value
-                result = {**result, metric: _worst(str(self._mode))}
-        super().on_trial_complete(trial_id, result=result, error=error)
 
-    def study(self) -> optuna.Study:
-        assert self._ot_study is not None, "the study is created in __init__ (the space is given)"
-        return self._ot_study
+def _new_study(sampler: optuna.samplers.BaseSampler, mode: str) -> optuna.Study:
+    """An in-memory study (the searcher saves it through Tune); no pruner: ASHA prunes."""
+    direction: Literal["maximize", "minimize"] = "maximize" if mode == "max" else "minimize"
+    return optuna.create_study(sampler=sampler, pruner=optuna.pruners.NopPruner(), direction=direction)
+
+
+def load_search_state(path: Path) -> SearchState:
+    """A saved searcher state, validated; says which file and what is wrong when it is not one."""
+    try:
+        return SearchState.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        raise ValueError(
+            f"{path}: not a searcher state this elastune wrote ({STATE_FORMAT}; {where}: {first['msg']}); "
+            "start a new sweep instead of resuming this one"
+        ) from None
+
+
+def _saved_trial(t: optuna.trial.FrozenTrial, tune_trial_id: str | None) -> SavedTrial:
+    return SavedTrial(
+        number=t.number,
+        state=t.state.name,  # WAITING never outlives a suggest (enqueue, then ask)
+        value=t.value if t.state != TrialState.FAIL else None,  # PRUNED: its last intermediate value
+        params=t.params,
+        distributions={name: distribution_to_json(d) for name, d in t.distributions.items()},
+        user_attrs=t.user_attrs,
+        constraints=t.constraints,
+        intermediate_values=t.intermediate_values,
+        tune_trial_id=tune_trial_id,
+    )
+
+
+def _frozen(saved: SavedTrial) -> optuna.trial.FrozenTrial:
+    return optuna.trial.create_trial(
+        state=TrialState[saved.state],
+        value=saved.value,
+        params=saved.params,
+        distributions={name: json_to_distribution(d) for name, d in saved.distributions.items()},
+        user_attrs=saved.user_attrs,
+        intermediate_values=saved.intermediate_values,
+        constraints=saved.constraints or None,
+    )
+
+
+def _jsonable(state: Any) -> list[Any]:
+    """random.Random.getstate() (nested tuples) as JSON lists."""
+    return [_jsonable(x) if isinstance(x, tuple) else x for x in state]
+
+
+def _state_tuple(state: list[Any]) -> Any:
+    return tuple(_state_tuple(x) if isinstance(x, list) else x for x in state)
 
 
 def param_key(params: Mapping[str, Any]) -> ParamKey:
@@ -283,10 +479,6 @@ def _constraints_in(result: Mapping[str, Any]) -> dict[str, float]:
         return {str(k): float(v) for k, v in nested.items()}
     prefix = CONSTRAINTS_ATTR + "/"
     return {k[len(prefix) :]: float(v) for k, v in result.items() if k.startswith(prefix)}
-
-
-def _worst(mode: str) -> float:
-    return 0.0 if mode == "max" else float("inf")
 
 
 def records_for_screened(spec: SweepSpec, screened: list[Screened]) -> list[TrialRecord]:

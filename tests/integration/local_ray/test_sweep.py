@@ -10,7 +10,6 @@ hand it back.
 from __future__ import annotations
 
 import json
-import pickle
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,20 +87,27 @@ def test_no_trial_over_the_ceiling_counts_as_feasible(swept: tuple[SweepRecord, 
 
 
 def test_optuna_learns_violations_as_constraints_never_as_fail(swept: tuple[SweepRecord, str, Path]) -> None:
+    """What Optuna was told, read back the way a resume reads it: the searcher restored from the
+    state it saved in the sweep's folder (JSON it wrote itself), not Tune's files picked apart."""
     import optuna
+    from elastune.tuning.search import ScreeningSearch
 
     record, _, root = swept
-    states = sorted((root / "home" / record.sweep_id).glob("searcher-state-*.pkl"))
-    assert states, "Tune saved no searcher state"
-    with open(states[-1], "rb") as fh:
-        saved = pickle.load(fh)
-    study = _find_study(saved)
-    trials = study.get_trials(deepcopy=False)
-    assert len(trials) == 4
+    searcher = ScreeningSearch(
+        SweepSpec.model_validate(record.spec), record.sweep_id, metric="samples_per_s", mode="max"
+    )
+    searcher.restore_from_dir(str(root / "home" / record.sweep_id))
+    trials = searcher.study().get_trials(deepcopy=False)
+    assert len(trials) == 4 and searcher.proposed == 4
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials), [t.state for t in trials]
     for t in trials:
         over = t.constraints["memory"] > 0
         assert over == (t.params["embedding.strategy"] == "full"), (t.params, t.constraints)
+    # the same four proposals the results table holds, with the values their trials reported
+    ran = {tuple(sorted(t.params.items())): t.samples_per_s for t in record.trials if t.trial_id != "reference"}
+    told = {tuple(sorted(t.params.items())): t.value for t in trials}
+    assert told.keys() == ran.keys()
+    assert all(told[k] == ran[k] for k in told if ran[k] is not None), (told, ran)
 
 
 def test_mlflow_holds_one_child_run_per_trial(swept: tuple[SweepRecord, str, Path]) -> None:
@@ -144,22 +150,6 @@ def test_best_config_file_trains_unchanged(
     assert json.loads(_elastune(["train", str(path), "--format", "json"], capsys))["config"] == best.config
     via_flag = _elastune(["train", "--from-sweep", record.sweep_id, "--tracking-uri", uri, "--format", "json"], capsys)
     assert json.loads(via_flag)["config"] == best.config
-
-
-def _find_study(saved: Any) -> Any:
-    """Tune saves the ConcurrencyLimiter around our searcher; dig the Optuna study out."""
-    import optuna
-
-    stack = [saved]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, optuna.Study):
-            return item
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif hasattr(item, "__dict__"):
-            stack.extend(vars(item).values())
-    raise AssertionError("no optuna study in the searcher state")
 
 
 def _elastune(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
