@@ -252,3 +252,35 @@ def test_a_number_past_pythons_digit_limit_in_a_yaml_file_names_its_field(
     spec = folder / "spec.yaml"
     spec.write_text(yaml.safe_dump(raw).replace("seed: 0", "seed: " + "9" * 5000))
     refused(["sweep", str(spec)], empty, capsys, "search.seed=", "5000 digits")
+
+
+def test_resume_refuses_a_searcher_state_it_did_not_write_before_ray_starts(
+    empty: Path, tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An earlier release saved the searcher as a pickle (or someone planted one): a resume says so
+    and exits 2 before anything runs, instead of a traceback from inside Tune's restore."""
+    import pickle
+
+    import ray
+    from elastune.tracking.mlflow import SweepTracker
+    from elastune.tracking.records import SweepRecord, TrialRecord
+    from elastune.tuning.spec import load_sweep_spec
+
+    spec = load_sweep_spec(QUICK)
+    sweep_id = "dlrm_quick-20261124-101500-ab12"
+    uri = f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+    record = SweepRecord(sweep_id, spec.model_dump(mode="json"), "interrupted", started_at=1.0)
+    record.trials = [TrialRecord("t1", 0, "ok", {}, {}, samples_per_s=1.0)]
+    tracker = SweepTracker(uri)
+    tracker.start_sweep(record)
+    tracker.log_trial(record, record.trials[0])
+    state = empty / "home" / "sweeps" / sweep_id
+    state.mkdir(parents=True)
+    planted = state / "searcher-state-2026-11-24_10-15-00.pkl"
+    planted.write_bytes(pickle.dumps({"not": "ours"}))
+    code = main(["sweep", "--resume", sweep_id, "--tracking-uri", uri])
+    said = capsys.readouterr().err
+    assert code == 2, said
+    assert f"--resume {sweep_id}" in said and planted.name in said and "start a new sweep" in said, said
+    assert "Traceback" not in said and not ray.is_initialized()
+    assert planted.read_bytes() == pickle.dumps({"not": "ours"})

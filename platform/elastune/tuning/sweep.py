@@ -586,6 +586,20 @@ def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -
             f"--resume {sweep_id}: no sweep state at {state}; resume on the machine that ran the "
             "driver, or set ELASTUNE_HOME to the folder that holds it"
         )
+    _check_searcher_state(sweep_id, state)
     record.status = "running"
     record.job_id = ray_job_id() or record.job_id
     return stored, record
+
+
+def _check_searcher_state(sweep_id: str, state: Path) -> None:
+    """The searcher state Tune will restore is one this elastune wrote (JSON): a state from an
+    earlier release, or a file planted there, is refused before Ray starts, not mid-restore."""
+    from elastune.tuning.search import load_search_state
+
+    saved = sorted(state.glob("searcher-state-*.pkl"), key=lambda p: p.stat().st_mtime)
+    if saved:
+        try:
+            load_search_state(saved[-1])
+        except ValueError as exc:
+            raise InputError(f"--resume {sweep_id}: {exc}") from None
