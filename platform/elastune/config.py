@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -44,6 +44,8 @@ __all__ = [
 # Every number has finite bounds (and no NaN or infinity): a config may come from a remote client
 # (the web UI), and a 400-digit step count would otherwise start a run that never ends.
 MAX_SEED = 2**32 - 1
+MAX_TABLES = 1024  # tables of one run (a bound: hostile input stays finite)
+MAX_TABLE_ROWS = 2**40  # rows of one table
 MAX_STEPS = 10**9
 MAX_ROWS = 2**40  # rows of one table, a cache or a bucket count: far beyond any device
 
@@ -59,6 +61,13 @@ class DataConfig(_Section):
     source: Literal["synthetic", "criteo_tsv", "parquet"] = "synthetic"
     rows_scale: float = Field(
         0.01, gt=0, le=1.0, description="Criteo Kaggle table sizes x this (1.0 = the real sizes)."
+    )
+    table_rows: list[Annotated[int, Field(ge=2, le=MAX_TABLE_ROWS)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TABLES,
+        description="Synthetic data only: one table per entry with this many rows, instead of the Criteo "
+        "cardinalities x rows_scale (price and tune your own table shapes before you have data).",
     )
     zipf_alpha: float = Field(1.15, gt=0, le=5, description="Skew of the synthetic id stream.")
     pooling: int = Field(1, ge=1, le=64, description="Ids per bag (multi-hot) in synthetic data.")
@@ -86,6 +95,11 @@ class DataConfig(_Section):
         if self.source != "synthetic" and self.path is None:
             raise ValueError(
                 f"data.source={self.source!r} needs data.path; set data.path=FILE or use data.source=synthetic"
+            )
+        if self.source != "synthetic" and self.table_rows is not None:
+            raise ValueError(
+                f"data.table_rows sets synthetic tables; data.source={self.source!r} has the Criteo files' 26 "
+                "columns: drop data.table_rows or use data.source=synthetic"
             )
         return self
 

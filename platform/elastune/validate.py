@@ -23,7 +23,7 @@ from elastune.embeddings.fbgemm import fbgemm_import_error, run_problems
 from elastune.embeddings.shared import validate_groups
 from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
 from elastune.errors import MISSING, ConfigError, Problem
-from elastune.workloads.data import NUM_SPARSE, table_sizes
+from elastune.workloads.data import tables_of
 
 __all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
 
@@ -68,7 +68,7 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
         problems += _fbgemm_problems(cfg)
     if emb.groups is not None:
         try:
-            validate_groups(emb.groups, NUM_SPARSE)
+            validate_groups(emb.groups, len(tables_of(cfg.data)))
         except ValueError as exc:
             problems.append(Problem("embedding.groups", emb.groups, str(exc)))
     # Whole-run rules: their messages name every field involved.
@@ -81,15 +81,19 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
                 f"not optimizer.sparse={cfg.optimizer.sparse}; set optimizer.sparse to sgd, adagrad or rowwise_adagrad",
             )
         )
-    total = sum(table_sizes(cfg.data.rows_scale))
+    total = sum(tables_of(cfg.data))
     if emb.cache_rows is not None and emb.cache_rows > total:
+        given = (
+            f"data.table_rows={cfg.data.table_rows}"
+            if cfg.data.table_rows
+            else f"data.rows_scale={cfg.data.rows_scale}"
+        )
         problems.append(
             Problem(
                 "config",
                 MISSING,
                 f"embedding.cache_rows={emb.cache_rows} is more than the {total} rows of all tables at "
-                f"data.rows_scale={cfg.data.rows_scale}; set it to at most {total}, or use embedding.cache_ratio "
-                "(a share of the rows)",
+                f"{given}; set it to at most {total}, or use embedding.cache_ratio (a share of the rows)",
             )
         )
     return problems

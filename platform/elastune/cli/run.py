@@ -73,15 +73,24 @@ def train(
 
 def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = Format.table) -> None:
     """Predict a config's peak memory without running it (fake-tensor trace + overhead model)."""
+    from elastune.embeddings import spec_for
     from elastune.memory.estimate import estimate as run_estimate
     from elastune.training.precision import resolve_device
+    from elastune.workloads.data import tables_of
 
     cfg = load_run_config(config, set_ or [])
     est = run_estimate(cfg, resolve_device(cfg.device))
+    tables = tables_of(cfg.data)
+    # The tables' own bytes, by the strategy's formula (exact: rows x dim x bytes per value, plus
+    # any per-row metadata); the parameters part of the breakdown adds the MLPs.
+    table_bytes = spec_for(cfg.embedding).state_bytes(
+        tables, cfg.model.embedding_dim, cfg.embedding, cfg.optimizer.sparse
+    )
     if format is Format.json:
         payload = {
             "estimated_peak_bytes": est.peak_bytes,
             "kind": est.kind,
+            "tables": {"count": len(tables), "rows": sum(tables), "bytes": table_bytes},
             "breakdown": est.breakdown,
             "traced_peak_bytes": est.traced_peak_bytes,
             "seconds": est.seconds,
@@ -95,6 +104,9 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     table.add_column("", justify="right")
     for part, size in est.breakdown.items():
         table.add_row(part, f"{size:,}", human_bytes(size))
+        if part == "parameters":
+            label = f"  of which {len(tables)} table{'s' if len(tables) > 1 else ''} ({cfg.embedding.strategy})"
+            table.add_row(label, f"{table_bytes:,}", human_bytes(table_bytes))
     table.add_row("[bold]peak[/]", f"[bold]{est.peak_bytes:,}[/]", f"[bold]{human_bytes(est.peak_bytes)}[/]")
     out.print(table)
 

@@ -18,7 +18,7 @@ from elastune.workloads.data import (
     NUM_DENSE,
     Batch,
     DataSource,
-    table_sizes,
+    tables_of,
 )
 from elastune.workloads.dlrm import DLRM
 from elastune.workloads.synthetic import SyntheticCriteo
@@ -45,7 +45,7 @@ class Workload(Protocol):
 class DLRMWorkload:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
-        self.table_sizes = table_sizes(cfg.data.rows_scale)
+        self.table_sizes = tables_of(cfg.data)
 
     def build_model(self) -> nn.Module:
         m = self.cfg.model

@@ -33,6 +33,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from elastune.config import DataConfig
+
 __all__ = [
     "CRITEO_KAGGLE_CARDINALITIES",
     "NUM_DENSE",
@@ -44,6 +46,7 @@ __all__ = [
     "empty_batch",
     "hash_category",
     "table_sizes",
+    "tables_of",
 ]
 
 NUM_DENSE = 13
@@ -60,6 +63,12 @@ F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 U32 = npt.NDArray[np.uint32]
 Mask = npt.NDArray[np.bool_]
+
+
+def tables_of(data: DataConfig) -> tuple[int, ...]:
+    """The rows of each table a run's data has: `data.table_rows` as given, else the Criteo
+    cardinalities scaled by `data.rows_scale`."""
+    return tuple(data.table_rows) if data.table_rows else table_sizes(data.rows_scale)
 
 
 def table_sizes(rows_scale: float) -> tuple[int, ...]:
