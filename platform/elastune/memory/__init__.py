@@ -11,19 +11,6 @@ One module per concern, each importing only those below it:
 - `cuda_kernels.py`: what CUDA kernels allocate that a CPU trace cannot see.
 - `cuda_allocator.py`: a model of PyTorch's CUDA caching allocator.
 
-The names below are re-exported lazily: importing `elastune.memory` does not pull in torch's
-fake-tensor machinery.
+The API is imported from its module, `from elastune.memory.estimate import estimate`: importing
+`elastune.memory` alone pulls in nothing (torch's fake-tensor machinery is heavy to import).
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-__all__ = ["PARTS", "Estimate", "estimate"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module(f"{__name__}.estimate"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
