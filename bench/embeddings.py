@@ -38,9 +38,9 @@ import torch
 from elastune.embeddings import spec_for
 from elastune.embeddings.fbgemm import fbgemm_import_error
 from elastune.embeddings.sparse_optim import SparseRowOptimizer
-from elastune.training.loop import forward_backward
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
+from elastune.training.step import forward_backward
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload
 

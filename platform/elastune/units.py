@@ -1,29 +1,23 @@
-"""Byte sizes as people write them (`512MiB`, `2GiB`, `1.5GB`, `1073741824`) and back."""
+"""Byte sizes as people write them (`512MiB`, `2GiB`, `1.5GB`, `1073741824`: pydantic's ByteSize units,
+kB to EB and KiB to EiB) and back."""
 
 from __future__ import annotations
 
 import math
 import re
 
+from pydantic import ByteSize, TypeAdapter, ValidationError
+
 __all__ = ["MAX_BYTES", "human_bytes", "parse_bytes"]
 
 MAX_BYTES = 2**60  # 1 EiB: any real device or host is far below; a bound keeps hostile input finite
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-# ASCII digits only: \d would also take '５' or '٥', which float() then reads as 5.
-_SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-zA-Z]{0,3})\s*$", re.ASCII)
+# pydantic's ByteSize reads the units (b, kb .. eb decimal, kib .. eib binary, case-insensitive);
+# this check comes first: ASCII digits only (its \d would also take '５' or '٥', which float()
+# then reads as 5), a bounded length, and a unit of letters.
+_SIZE = re.compile(r"^\s*[0-9]{1,30}(?:\.[0-9]{1,30})?\s*[a-zA-Z]{0,3}\s*$", re.ASCII)
 _FORMS = "write it like 512MiB, 2GiB, 1.5GB or 1073741824 (ASCII digits)"
+_BYTE_SIZE = TypeAdapter(ByteSize)
 
 
 def parse_bytes(value: str | int | float) -> int:
@@ -38,11 +32,13 @@ def parse_bytes(value: str | int | float) -> int:
             raise ValueError(f"must be a finite size; {_FORMS}")
         size = int(min(value, 2.0 * MAX_BYTES))
     else:
-        match = _SIZE.match(value) if len(value) <= 80 else None
-        if match is None or match.group(2).lower() not in _UNITS:
-            shown = value if len(value) <= 40 else value[:37] + "..."
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        if len(value) > 80 or not _SIZE.match(value):
             raise ValueError(f"{shown!r} is not a size; {_FORMS}")
-        size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        try:
+            size = int(_BYTE_SIZE.validate_python(value))
+        except ValidationError:  # a unit it does not know
+            raise ValueError(f"{shown!r} is not a size; {_FORMS}") from None
     if size <= 0:
         raise ValueError("must be above 0 bytes")
     if size > MAX_BYTES:

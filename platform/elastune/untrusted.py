@@ -9,7 +9,7 @@ could plant) is held to the same list before anything runs: each key outside it 
 default value.
 
 The list is explicit, not derived: a field added to RunConfig later stays closed to clients until
-someone decides it is safe (tests/unit/test_untrusted.py checks no path-typed field is on it).
+someone decides it is safe (tests/unit/test_ui_hostile.py checks no path-typed field is on it).
 """
 
 from __future__ import annotations

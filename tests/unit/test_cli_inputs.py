@@ -152,7 +152,8 @@ def test_resume_takes_sweep_ids_not_paths(sweep_id: str, empty: Path, capsys: py
 def test_parse_bytes_takes_ascii_sizes_within_bounds() -> None:
     assert parse_bytes("512MiB") == 512 * 2**20 and parse_bytes(" 1.5 GB ") == 1_500_000_000
     assert parse_bytes("1EiB".replace("EiB", "")) == 1 and parse_bytes(MAX_BYTES) == MAX_BYTES
-    for bad in ["５１２MiB", "٥١٢", "1" * 31, "1e3MiB", "inf", "nan", "-1", "0", "1 PiB", "", "MiB", "1.5.5GB"]:
+    assert parse_bytes("1 PiB") == 2**50 and parse_bytes("1eib") == MAX_BYTES
+    for bad in ["５１２MiB", "٥١٢", "1" * 31, "1e3MiB", "inf", "nan", "-1", "0", "2 EiB", "1 XB", "", "MiB", "1.5.5GB"]:
         with pytest.raises(ValueError):
             parse_bytes(bad)
     for bad_number in [math.inf, math.nan, MAX_BYTES + 1, 10**400, 0, -5, True]:

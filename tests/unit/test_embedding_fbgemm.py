@@ -19,9 +19,9 @@ from elastune.embeddings.full import FullEmbedding
 from elastune.embeddings.sparse_optim import RowUpdate, SparseRowOptimizer
 from elastune.memory.estimate import estimate
 from elastune.memory.live_bytes import LiveBytes
-from elastune.training.loop import forward_backward
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
+from elastune.training.step import forward_backward
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload
 from elastune.workloads.data import table_sizes

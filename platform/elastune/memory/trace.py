@@ -30,7 +30,9 @@ from elastune.embeddings.self_updating import SelfUpdatingEmbedding
 from elastune.embeddings.sparse_optim import traced_distinct_rows
 from elastune.errors import DataError
 from elastune.memory.live_bytes import LiveBytes
+from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
+from elastune.training.step import forward_backward
 from elastune.workloads import build_workload
 from elastune.workloads.data import NUM_DENSE, Batch
 
@@ -76,9 +78,6 @@ def _distinct_rows(workload: str, data_json: str, micro: int, eval_batch: int) -
 
 def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
     """What `training.loop.train` allocates, step for step, on fake tensors."""
-    from elastune.training.loop import forward_backward  # lazy: the loop pulls in the workloads
-    from elastune.training.optim import Optimizers
-
     workload = build_workload(cfg)
     if tracker.cuda is None:
         model = workload.build_model()

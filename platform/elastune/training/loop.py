@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -26,10 +25,10 @@ from elastune.training.oom import is_oom, shrink
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for, check_precision, grad_scaler, resolve_device
 from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
-from elastune.workloads import Workload, build_workload
-from elastune.workloads.data import Batch
+from elastune.training.step import forward_backward
+from elastune.workloads import build_workload
 
-__all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "forward_backward", "train", "warm_up_runtime"]
+__all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime"]
 
 # Called before each micro-batch's forward with (step, micro_index); tests raise OOM from it.
 FaultHook = Callable[[int, int], None]
@@ -91,35 +90,6 @@ class TrainResult:
     device: str
     elapsed_s: float
     config: dict[str, Any] = field(default_factory=dict)
-
-
-def forward_backward(
-    model: nn.Module,
-    workload: Workload,
-    batch: Batch,
-    micro: int,
-    autocast: Callable[[], AbstractContextManager[object]],
-    scaler: torch.amp.GradScaler,
-    before_micro: Callable[[int], None] | None = None,
-) -> torch.Tensor:
-    """Accumulate the gradients of one optimizer step over `batch`, `micro` samples at a time.
-
-    Each micro-batch's mean loss is weighted by its share of the batch, so the summed gradients
-    equal those of the whole batch in one pass: micro x accum is exact, not an approximation.
-    Returns the step's mean loss as a tensor (not `.item()`: that would be a CPU-GPU sync).
-    """
-    total = len(batch)
-    step_loss = torch.zeros((), device=batch.labels.device)
-    for index, start in enumerate(range(0, total, micro)):
-        if before_micro is not None:
-            before_micro(index)
-        part = batch.slice(start, min(start + micro, total))
-        with autocast():
-            loss = workload.loss(model, part) * (len(part) / total)
-        # Scale before backward so fp16 gradients do not underflow (a no-op for fp32/bf16).
-        scaler.scale(loss).backward()
-        step_loss += loss.detach()
-    return step_loss
 
 
 def train(

@@ -12,12 +12,15 @@ are not ours and are left out) and turns it into a `TrialRecord` with `to_record
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from elastune.tracking.records import TrialRecord, TrialStatus
 from elastune.tuning.keys import CONSTRAINTS_ATTR, FINAL_KEY, GROUP_KEY
+
+if TYPE_CHECKING:
+    from elastune.training.loop import Progress, TrainResult
 
 __all__ = ["Constraints", "TrialReport", "constraint_values", "final_report", "oom_report", "progress_report"]
 
@@ -149,7 +152,7 @@ def constraint_values(
 # -- the reports a trial sends
 
 
-def progress_report(p: Any, samples_per_s: float | None = None, samples: int | None = None) -> TrialReport:
+def progress_report(p: Progress, samples_per_s: float | None = None, samples: int | None = None) -> TrialReport:
     """A progress report (ASHA's rungs); a worker group passes its totals."""
     return TrialReport(
         samples=p.samples if samples is None else samples,
@@ -160,7 +163,7 @@ def progress_report(p: Any, samples_per_s: float | None = None, samples: int | N
     )
 
 
-def final_report(result: Any, loop_config: dict[str, Any]) -> TrialReport:
+def final_report(result: TrainResult, loop_config: dict[str, Any]) -> TrialReport:
     """The last report: measured figures, the trial's status, and Optuna's constraint values
     (<= 0 feasible): [memory over the ceiling, log loss over the tolerated reference]."""
     ceiling, tolerance, ref = loop_config["ceiling"], loop_config["tolerance"], loop_config["reference_logloss"]

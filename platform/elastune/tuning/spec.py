@@ -484,13 +484,16 @@ def _parallel_problems(spec: SweepSpec) -> list[Problem]:
         out.append(
             Problem("edo.mode", "on", f"EDO shares a device among single-process trials; set edo.mode: off, {fix}")
         )
+    from elastune.embeddings import get_strategy, strategies
+
+    ddp_safe = ", ".join(name for name in strategies() if not get_strategy(name).self_updating)
     for where, value, reason in _gradient_refusals(spec):
         out.append(
             Problem(
                 where,
                 value,
                 f"{reason}, so DDP cannot average it over {workers} workers; data-parallel trials need "
-                "optimizer.sparse=adam with a torch-backend strategy (full, hashed, qr, mixed_dim, shared): "
+                f"optimizer.sparse=adam with a torch-backend strategy ({ddp_safe}): "
                 f"drop this value, {fix}",
             )
         )

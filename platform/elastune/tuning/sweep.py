@@ -27,6 +27,7 @@ from typing import Any
 
 from ray.exceptions import AuthenticationError
 
+from elastune.compat import gcs_probe, loopback_only_ray, ray_dial_host
 from elastune.config import elastune_home
 from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
 from elastune.tracking.records import SweepRecord, TrialRecord
@@ -464,18 +465,8 @@ def connect_ray(options: SweepOptions) -> None:
             raise InputError(_auth_problem(address, exc)) from None
         return
     # The embedded default: a new local Ray on loopback only ("local": never attach to a cluster
-    # someone else started on this machine with `ray start`). Ray swaps 127.0.0.1 for this machine's
-    # network address, and its GCS, raylet and agents then listen on every interface, unless
-    # multi-node clusters are off (as on macOS): off for the processes it starts (they inherit the
-    # variable) and for this one (Ray read it at import), both put back once Ray runs, so a later
-    # ray.init in this process sees the machine as before. A user's explicit setting is kept.
-    from ray._private import ray_constants
-
-    variable, enabled = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", ray_constants.ENABLE_RAY_CLUSTER
-    unset = variable not in os.environ
-    os.environ.setdefault(variable, "0")
-    ray_constants.ENABLE_RAY_CLUSTER = os.environ[variable].lower() in ("1", "true")
-    try:
+    # someone else started on this machine with `ray start`).
+    with loopback_only_ray():
         ray.init(
             address="local",
             num_cpus=options.local_cpus,
@@ -484,10 +475,6 @@ def connect_ray(options: SweepOptions) -> None:
             include_dashboard=False,
             log_to_driver=False,
         )
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = enabled
-        if unset:
-            os.environ.pop(variable, None)
 
 
 def check_cluster(address: str) -> None:
@@ -496,9 +483,6 @@ def check_cluster(address: str) -> None:
     loopback-only cluster does not listen; or the cluster wants Ray's token and this client has none
     (or another). Other address forms (auto, ray://, a dashboard URL) are left to Ray."""
     import socket
-
-    from ray._private.services import resolve_ip_for_localhost
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # Ray has no public probe
 
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or "/" in address:
@@ -516,7 +500,7 @@ def check_cluster(address: str) -> None:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 2)
             try:
-                GcsClient(address=address)  # a cluster with token auth refuses it at once
+                gcs_probe(address)  # a cluster with token auth refuses it at once
             finally:
                 os.dup2(saved_stderr, 2)
     except AuthenticationError as exc:
@@ -525,7 +509,7 @@ def check_cluster(address: str) -> None:
         return
     finally:
         os.close(saved_stderr)
-    dialed = resolve_ip_for_localhost(host)  # Ray swaps a loopback host for this machine's address
+    dialed = ray_dial_host(host)  # Ray swaps a loopback host for this machine's address
     if dialed != host:
         try:
             socket.create_connection((dialed, int(port)), timeout=3).close()

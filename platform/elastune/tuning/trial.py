@@ -18,12 +18,17 @@ SweepSpec.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from elastune.config import RunConfig
 from elastune.tuning.keys import ESTIMATE_KEY, META_PREFIX
 from elastune.tuning.report import TrialReport, final_report, oom_report, progress_report
+
+if TYPE_CHECKING:
+    from elastune.training.loop import Progress, TrainResult
+    from elastune.tuning.spec import SweepSpec
 
 __all__ = ["TrialContext", "run_trial"]
 
@@ -67,7 +72,7 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
         run_worker_group(cfg, spec, limits)
         return
 
-    def report(p: Any) -> None:
+    def report(p: Progress) -> None:
         tune.report(progress_report(p).to_metrics())
 
     try:
@@ -81,7 +86,9 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
     tune.report(final_report(result, limits).to_metrics())
 
 
-def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) -> Any:
+def _train_under_edo(
+    cfg: RunConfig, spec: SweepSpec, report: Callable[[Progress], None], report_every: int
+) -> TrainResult:
     """Train with a grant from the cluster's EDO broker: acquire (wait), adapt at every step
     boundary, release at the end. The device is this trial's GPU share, or the node's virtual
     device on CPUs; it is registered with the broker by whichever trial first uses it."""
@@ -104,7 +111,10 @@ def _train_under_edo(cfg: RunConfig, spec: Any, report: Any, report_every: int) 
         name = f"{node}/gpu:{gpu_ids[0] if gpu_ids else device.index or 0}"
         capacity = probe.total_bytes()
     else:
-        capacity = spec.virtual_capacity()
+        virtual = spec.virtual_capacity()
+        if virtual is None:  # the spec's validation refuses EDO on CPUs without a size
+            raise ValueError("EDO on CPUs needs edo.virtual_capacity or constraints.memory_ceiling")
+        capacity = virtual
         probe = VirtualProbe(capacity)
         name = f"{node}/virtual:0"
     ensure_broker(devices=[DeviceSpec(name, capacity, spec.edo.reserve)])
@@ -121,7 +131,7 @@ def _estimate(cfg: RunConfig) -> int:
     return estimate(cfg).peak_bytes
 
 
-def _limits(cfg: RunConfig, spec: Any, context: TrialContext) -> dict[str, Any]:
+def _limits(cfg: RunConfig, spec: SweepSpec, context: TrialContext) -> dict[str, Any]:
     return {
         "ceiling": spec.constraints.memory_ceiling,
         "tolerance": spec.constraints.quality_tolerance if context.reference_logloss else None,

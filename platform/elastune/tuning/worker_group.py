@@ -10,7 +10,7 @@ group's figures: samples/s summed over the workers, measured peak the largest wo
 per device), the estimate per worker, and each worker's `world_size`. Only configs whose gradients
 DDP all-reduces run on a group (the spec's validation refuses the others: tuning/spec.py).
 
-Stopping a group's trial (ASHA, or its final report reaching ASHA's max_t) used to hang the sweep:
+Stopping a group's trial (ASHA, or its final report reaching ASHA's max_t) would hang the sweep:
 Tune ends the trial actor while `fit()` is still running, the Train controller and its workers die
 with it (they are owned by it), but the workers' placement group is not owned by anything that
 died: Ray keeps it reserved for the life of the job, so every later trial's worker group waited
@@ -29,19 +29,24 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune import Callback
 
+from elastune.compat import torch_backend_base, trainer_without_callbacks
 from elastune.config import RunConfig
 from elastune.tuning.report import TrialReport, final_report, oom_report, progress_report
+
+if TYPE_CHECKING:
+    from elastune.training.loop import Progress
+    from elastune.tuning.spec import SweepSpec
 
 __all__ = ["DRIVER_MEMORY", "WorkerGroupReaper", "run_worker_group"]
 
 DRIVER_MEMORY = 256 * 2**20  # what a worker group's driver asks Tune for instead of a CPU
 
 
-def run_worker_group(cfg: RunConfig, spec: Any, limits: dict[str, Any]) -> None:
+def run_worker_group(cfg: RunConfig, spec: SweepSpec, limits: dict[str, Any]) -> None:
     """Fit a TorchTrainer of `workers_per_trial` workers from this (driver) trial process. Its
     workers report to Tune through Ray Train's TuneReportCallback (rank 0's report: the group's)."""
     from ray import train, tune
@@ -102,7 +107,7 @@ def _train_worker(loop_config: dict[str, Any]) -> None:
     pg = ray.util.get_current_placement_group()
     who = {"world_size": world, "placement_group": pg.id.hex() if pg is not None else None}
 
-    def report(p: Any) -> None:
+    def report(p: Progress) -> None:
         (rate,) = _group_reduce([p.samples_per_s or 0.0], dist.ReduceOp.SUM)
         report = progress_report(p, samples_per_s=rate, samples=p.samples * world)
         ray_train.report(report.model_copy(update=who).to_metrics())
@@ -158,15 +163,7 @@ def _trainer_class() -> Any:
     the module docstring: the sweep's WorkerGroupReaper removes the placement group; the cleaner
     would only leak itself here) and the datasets callback, which starts a DatasetManager actor per
     run to shard Ray Datasets; the engine makes its own data and passes no datasets."""
-    from ray.train.torch import TorchTrainer
-
-    class Trainer(TorchTrainer):
-        def _create_default_callbacks(self) -> list[Any]:
-            callbacks = super()._create_default_callbacks()  # type: ignore[misc]  # Train V2's (mypy sees V1's)
-            dropped = {"PlacementGroupCleanerCallback", "DatasetsCallback"}
-            return [cb for cb in callbacks if type(cb).__name__ not in dropped]
-
-    return Trainer
+    return trainer_without_callbacks(frozenset({"PlacementGroupCleanerCallback", "DatasetsCallback"}))
 
 
 def _node_bound_torch_config(backend: str) -> Any:
@@ -176,9 +173,8 @@ def _node_bound_torch_config(backend: str) -> Any:
     by (127.0.0.1 for a local Ray), and hands it to the store (`master_listen_fd`). The process
     group is then made from that store: the same gloo / nccl group, nothing else listens."""
     from ray.train.torch import TorchConfig
-    from ray.train.torch.config import _TorchBackend
 
-    class Backend(_TorchBackend):  # on_shutdown (destroying the group) is Ray's own
+    class Backend(torch_backend_base()):  # type: ignore[misc]  # on_shutdown (destroying the group) is Ray's own
         def on_start(self, worker_group: Any, backend_config: Any) -> None:
             import ray
 

@@ -1,0 +1,82 @@
+"""Every use of a dependency's private API, in one place.
+
+Each shim says what it needs, why no public API does it, and is exercised by
+tests/unit/test_compat.py, so an upgrade that moves a private name fails one named test instead of
+a sweep. Imports are lazy: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["gcs_probe", "loopback_only_ray", "ray_dial_host", "torch_backend_base", "trainer_without_callbacks"]
+
+# ---------------------------------------------------------------------------------------------
+# Ray (checked against Ray 2.60)
+
+_CLUSTER_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_only_ray() -> Iterator[None]:
+    """While a local Ray starts: keep it on 127.0.0.1. Ray swaps 127.0.0.1 for this machine's
+    network address (and its GCS, raylet and agents then listen on every interface) unless
+    multi-node clusters are off, as on macOS. The switch is an environment variable, read once at
+    import into `ray._private.ray_constants.ENABLE_RAY_CLUSTER`: set for the processes Ray starts
+    (they inherit it) and for this one (the constant), both put back afterwards so a later
+    `ray.init` here sees the machine as before. A user's explicit setting is kept."""
+    from ray._private import ray_constants
+
+    enabled = ray_constants.ENABLE_RAY_CLUSTER
+    unset = _CLUSTER_VARIABLE not in os.environ
+    os.environ.setdefault(_CLUSTER_VARIABLE, "0")
+    ray_constants.ENABLE_RAY_CLUSTER = os.environ[_CLUSTER_VARIABLE].lower() in ("1", "true")
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
+        if unset:
+            os.environ.pop(_CLUSTER_VARIABLE, None)
+
+
+def gcs_probe(address: str) -> None:
+    """Open (and drop) a GCS client to HOST:PORT: a cluster with token auth refuses one without the
+    right token at once (ray.exceptions.AuthenticationError), where `ray.init` retries for minutes.
+    Ray has no public probe."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    GcsClient(address=address)
+
+
+def ray_dial_host(host: str) -> str:
+    """The address Ray will actually dial for `host`: a loopback host becomes this machine's
+    network address unless multi-node clusters are off (see `loopback_only_ray`)."""
+    from ray._private.services import resolve_ip_for_localhost
+
+    return str(resolve_ip_for_localhost(host))
+
+
+def torch_backend_base() -> type:
+    """Ray Train's torch backend, to subclass for a process group whose rendezvous store binds one
+    address (tuning/worker_group.py). TorchConfig's `backend_cls` is the public hook; the class it
+    returns has no public base."""
+    from ray.train.torch.config import _TorchBackend
+
+    return _TorchBackend
+
+
+def trainer_without_callbacks(dropped: frozenset[str]) -> type:
+    """TorchTrainer (Train V2) without the default callbacks named in `dropped` (by class name).
+    Ray Train has no public switch for its default callbacks; `_create_default_callbacks` is where
+    its controller collects them."""
+    from ray.train.torch import TorchTrainer
+
+    class Trainer(TorchTrainer):
+        def _create_default_callbacks(self) -> list[Any]:
+            callbacks = super()._create_default_callbacks()  # type: ignore[misc]  # Train V2's (mypy sees V1's)
+            return [cb for cb in callbacks if type(cb).__name__ not in dropped]
+
+    return Trainer

@@ -1,0 +1,45 @@
+"""One optimizer step's forward and backward over micro-batches: what the training loop runs and
+what the estimator traces (memory/estimate.py), so a prediction prices the very code that runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import torch
+from torch import nn
+
+from elastune.workloads import Workload
+from elastune.workloads.data import Batch
+
+__all__ = ["forward_backward"]
+
+
+def forward_backward(
+    model: nn.Module,
+    workload: Workload,
+    batch: Batch,
+    micro: int,
+    autocast: Callable[[], AbstractContextManager[object]],
+    scaler: torch.amp.GradScaler,
+    before_micro: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """Accumulate the gradients of one optimizer step over `batch`, `micro` samples at a time.
+
+    Each micro-batch's mean loss is weighted by its share of the batch, so the summed gradients
+    equal those of the whole batch in one pass: micro x accum is exact, not an approximation.
+    Returns the step's mean loss as a tensor (not `.item()`: that would be a CPU-GPU sync).
+    """
+    total = len(batch)
+    step_loss = torch.zeros((), device=batch.labels.device)
+    for index, start in enumerate(range(0, total, micro)):
+        if before_micro is not None:
+            before_micro(index)
+        part = batch.slice(start, min(start + micro, total))
+        with autocast():
+            loss = workload.loss(model, part) * (len(part) / total)
+        # Scale before backward so fp16 gradients do not underflow (a no-op for fp32/bf16).
+        scaler.scale(loss).backward()
+        step_loss += loss.detach()
+    return step_loss
