@@ -72,10 +72,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # before ray: e
 
 import ray
 import torch
+from elastune.edo.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
+from elastune.edo.client import Demand, edo_session
+from elastune.edo.policy import DeviceSpec
 from elastune.errors import EdoError, OutOfMemory
-from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
-from elastune.memory.client import Demand, edo_session
-from elastune.memory.policy import DeviceSpec
 from elastune.training.loop import train, warm_up_runtime
 from elastune.training.probe import CudaProbe, ElasticProbe, VirtualProbe
 from elastune.validate import load_run_config
@@ -353,7 +353,7 @@ def calibrate(runners: list[Any], kind: str) -> tuple[dict[str, Demand], list[di
         if shape == "full":
             step_s[name] = seconds
     demands, rows = {}, []
-    from elastune.memory.client import plan_demand
+    from elastune.edo.client import plan_demand
 
     for name, overrides in MIX:
         m = measured[name]

@@ -31,7 +31,7 @@ def make_broker_reader(ray_address: str | None, wait_s: float = 8.0) -> MemoryRe
 
     def connect_and_read(timeline_s: float) -> dict[str, Any] | None:
         import ray
-        from elastune.memory import broker
+        from elastune.edo import broker
 
         with lock:
             if not ray.is_initialized():

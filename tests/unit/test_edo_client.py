@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 from elastune.config import RunConfig
+from elastune.edo.client import Demand
+from elastune.edo.reshape import Shape, Split
 from elastune.embeddings.cached import CachedEmbedding
 from elastune.errors import InputError
-from elastune.memory.client import Demand, _Shape
 from elastune.training.checkpoint import LoopState
 from elastune.training.loop import train
 from torch import nn
@@ -94,24 +95,31 @@ def test_check_over_grant_takes_the_oom_path(tiny_cfg: MakeCfg) -> None:
     assert result.oom_retries == 1 and result.effective_batch == 128
 
 
-def _shape(cache_rows: int = 1000) -> tuple[_Shape, LoopState]:
-    model = nn.Sequential(CachedEmbedding([1000, 1000], dim=7, capacity=cache_rows))  # 8 floats a row
-    state = LoopState(micro=64, accum=1)
+def _shape(cache_rows: int = 1000) -> Shape:
+    cache = CachedEmbedding([1000, 1000], dim=7, capacity=cache_rows)  # 8 floats a row
     # want - min = 64 KiB of samples (48 of micro) + 3/4 of the cache's 32 KB: 1 KiB per sample
     demand = Demand(want_bytes=200_000, min_bytes=200_000 - 48 * 1024 - 24_000, min_micro=16, min_cache_fraction=0.25)
-    return _Shape.of(state, model, demand), state
+    return Shape.configured(
+        64,
+        want_bytes=demand.want_bytes,
+        min_bytes=demand.min_bytes,
+        min_micro=demand.min_micro,
+        cache_rows=cache.capacity,
+        cache_bytes=cache.device_bytes(),
+        min_cache_fraction=demand.min_cache_fraction,
+    )
 
 
 def test_shape_fit_cuts_cached_rows_before_the_micro_batch() -> None:
-    shape, state = _shape()
+    shape = _shape()
     assert (shape.row_bytes, shape.sample_bytes) == (32.0, 1024.0)
     used = 100_000
-    assert shape.fit(used, state, used) == (64, 1000)  # fits as it is
-    assert shape.fit(used - 16_000, state, used) == (64, 500)  # 16 kB less: half the rows, same micro
-    micro, rows = shape.fit(used - 40_000, state, used)  # more than the cache can give
-    assert micro == 32 and rows >= shape.min_rows == 250
-    assert shape.predict(used, 64, micro, rows) <= used - 40_000
-    assert shape.fit(1, state, used, min_micro=16) == (16, 250)  # nothing fits: the smallest shape
+    assert shape.fit(used, 64, 1, used) == Split(64, 1, 1000)  # fits as it is
+    assert shape.fit(used - 16_000, 64, 1, used) == Split(64, 1, 500)  # 16 kB less: half the rows, same micro
+    fit = shape.fit(used - 40_000, 64, 1, used)  # more than the cache can give
+    assert (fit.micro, fit.accum) == (32, 2) and fit.rows >= shape.min_rows == 250
+    assert shape.predict(used, 64, fit.micro, fit.rows) <= used - 40_000
+    assert shape.fit(1, 64, 1, used, min_micro=16) == Split(16, 4, 250)  # nothing fits: the smallest shape
 
 
 def test_demand_validates() -> None:
@@ -122,7 +130,7 @@ def test_demand_validates() -> None:
 
 
 def test_plan_demand_prices_the_configured_and_the_smallest_shape(tiny_cfg: MakeCfg) -> None:
-    from elastune.memory.client import plan_demand
+    from elastune.edo.client import plan_demand
 
     wide = ("model.embedding_dim=64", "model.bottom_mlp=[64]", "model.top_mlp=[64]")  # activations that count
     full = plan_demand(tiny_cfg("batch.micro=1024", *wide))
@@ -139,7 +147,7 @@ def test_plan_demand_prices_the_configured_and_the_smallest_shape(tiny_cfg: Make
 def test_plan_demand_pads_small_trials_by_the_virtual_devices_spread(tiny_cfg: MakeCfg) -> None:
     # 10% over the estimate, but never less than 4 MiB: the virtual device's step peak is the
     # traced peak + 7 MiB within ±3 MiB, which is more than 10% of a trial this small.
-    from elastune.memory.client import DEMAND_PADDING_MIN, plan_demand
+    from elastune.edo.client import DEMAND_PADDING_MIN, plan_demand
     from elastune.memory.estimate import estimate
 
     small, large = tiny_cfg("batch.micro=64"), tiny_cfg("batch.micro=16384")

@@ -12,7 +12,7 @@ import torch
 from elastune.config import EmbeddingConfig
 from elastune.embeddings import build_embedding, get_strategy, strategies
 from elastune.embeddings.sparse_optim import RowUpdate, SelfUpdating
-from elastune.memory.estimate import _LiveBytes
+from elastune.memory.live_bytes import LiveBytes
 from elastune.validate import load_run_config
 from elastune.workloads.data import table_sizes
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -97,7 +97,7 @@ def test_formula_trace_and_module_agree_on_bytes(name: str) -> None:
     opt = _optimizer_for(name)
     formula = get_strategy(name).state_bytes(SIZES, DIM, cfg, opt)
     held = _held_bytes(_build(name))
-    tracker = _LiveBytes()
+    tracker = LiveBytes()
     with FakeTensorMode(), tracker:
         module = build_embedding(SIZES, DIM, cfg, opt)
         traced = tracker.current

@@ -17,7 +17,8 @@ from elastune.embeddings import build_embedding, spec_for, strategies
 from elastune.embeddings.fbgemm import FbgemmEmbedding, fbgemm_import_error
 from elastune.embeddings.full import FullEmbedding
 from elastune.embeddings.sparse_optim import RowUpdate, SparseRowOptimizer
-from elastune.memory.estimate import _LiveBytes, estimate
+from elastune.memory.estimate import estimate
+from elastune.memory.live_bytes import LiveBytes
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
 from elastune.training.step import forward_backward
@@ -104,7 +105,7 @@ def test_formula_trace_and_module_agree_on_bytes(strategy: str, kind: str) -> No
     held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in module.state_dict().values()}
     for t in [*module.parameters(), *module.buffers()]:
         held[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    tracker = _LiveBytes()
+    tracker = LiveBytes()
     with FakeTensorMode(), tracker:
         fake = build_embedding(SIZES, DIM, cfg, kind)
         traced = tracker.current

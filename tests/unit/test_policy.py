@@ -9,8 +9,8 @@ confirm, I4 release/expiry returns memory, I5 never started below the minimum.
 from __future__ import annotations
 
 import pytest
+from elastune.edo.policy import DeviceSpec, Policy, TrialState, share
 from elastune.errors import InputError
-from elastune.memory.policy import DeviceSpec, Policy, TrialState, share
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule

@@ -50,7 +50,7 @@ def status(
 def _read(address: str | None, timeline_s: float) -> dict[str, Any] | None:
     import ray  # lazy: `elastune --help` should not pay for Ray
 
-    from elastune.memory.broker import NAMESPACE, read_status
+    from elastune.edo.broker import NAMESPACE, read_status
 
     try:
         # address="auto" finds RAY_ADDRESS or a local head; it never starts a cluster.

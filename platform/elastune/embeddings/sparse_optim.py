@@ -23,7 +23,7 @@ unhashed tables look up through it; on CUDA `_sum_by_row` sums with `index_add_`
 Under the memory estimator's fake tensors ids have no values, so nothing can be deduplicated:
 `traced_rows(n)` says how many distinct rows to trace for a batch of n lookups. By default every
 lookup is its own row (the worst case); the estimator measures the run's own data and sets the
-real counts with `traced_distinct_rows` (memory/estimate.py).
+real counts with `traced_distinct_rows` (memory/trace.py).
 """
 
 from __future__ import annotations

@@ -1,47 +1,16 @@
-"""Device memory: what a run will use (estimate.py), and how trials share a device (EDO: policy.py,
-broker.py, client.py; `elastune edo status` is cli/edo.py). What a run uses is measured by
-training/probe.py, the one seam to the hardware, below both.
+"""The estimator: what a run will use, predicted before it runs. How trials share a device is EDO
+(elastune.edo), above this package; what a run uses is measured by training/probe.py, the one seam
+to the hardware, below both.
 
-The EDO names below are re-exported lazily, so importing `elastune.memory` pulls in neither Ray
-nor torch (the broker actor's process imports only the policy).
+One module per concern, each importing only those below it:
+
+- `estimate.py`: the API (`estimate`, `Estimate`, `PARTS`): a config in, a predicted peak out.
+- `trace.py`: the fake-tensor trace of the loop's own step, and the distinct rows it is told.
+- `overhead.py`: what a device holds beyond the traced tensors (CPU, virtual device, CUDA).
+- `live_bytes.py`: the dispatch mode that keeps the traced peak and replays it for CUDA.
+- `cuda_kernels.py`: what CUDA kernels allocate that a CPU trace cannot see.
+- `cuda_allocator.py`: a model of PyTorch's CUDA caching allocator.
+
+The API is imported from its module, `from elastune.memory.estimate import estimate`: importing
+`elastune.memory` alone pulls in nothing (torch's fake-tensor machinery is heavy to import).
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-__all__ = [
-    "BrokerConfig",
-    "Demand",
-    "DeviceSpec",
-    "EdoError",
-    "VirtualProbe",
-    "edo_session",
-    "ensure_broker",
-    "get_broker",
-    "plan_demand",
-    "read_status",
-    "shutdown_broker",
-]
-
-_HOME = {
-    "BrokerConfig": "broker",
-    "ensure_broker": "broker",
-    "get_broker": "broker",
-    "read_status": "broker",
-    "shutdown_broker": "broker",
-    "Demand": "client",
-    "EdoError": "elastune.errors",
-    "edo_session": "client",
-    "plan_demand": "client",
-    "DeviceSpec": "policy",
-    "VirtualProbe": "elastune.training.probe",  # the measuring seam lives with the loop that uses it
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOME:
-        home = _HOME[name]
-        return getattr(importlib.import_module(home if "." in home else f"{__name__}.{home}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,7 +35,7 @@ FaultHook = Callable[[int, int], None]
 
 
 class StepBoundary(Protocol):
-    """Called at every step boundary by whoever shares the device (EDO's client, memory/client.py)."""
+    """Called at every step boundary by whoever shares the device (EDO's client, edo/client.py)."""
 
     def check(self, state: LoopState) -> None:
         """After a step's backward, before its update: raise torch.OutOfMemoryError if the step went

@@ -14,7 +14,7 @@ What each probe measures:
 - Virtual (EDO on a machine without a GPU): a device of configured capacity whose use is this
   process's CPU figures above. See `VirtualProbe`.
 
-EDO (memory/client.py) also needs per-step peaks and a limit: `ElasticProbe.window_peak` measures
+EDO (edo/client.py) also needs per-step peaks and a limit: `ElasticProbe.window_peak` measures
 since the last step boundary while `peak()` keeps covering the whole run, and `set_limit` holds the
 process to its grant (on CUDA through the allocator's per-process memory fraction).
 """
@@ -62,7 +62,7 @@ class DeviceProbe(Protocol):
 
 
 class ElasticProbe(DeviceProbe, Protocol):
-    """A probe EDO can hold to a grant (memory/client.py)."""
+    """A probe EDO can hold to a grant (edo/client.py)."""
 
     # True where the device itself refuses allocations past the limit (CUDA's allocator raises an
     # OutOfMemoryError); False where the client must compare each step's peak with the limit.
@@ -215,7 +215,7 @@ class VirtualProbe:
     mallopt the figures are still real, only sticky. This is a different regime from `CpuProbe`'s
     (`pin_heap`, which this one overrides): the resident set follows the live tensors within a few
     MiB, step by step, which EDO's control loop needs, at the price of page faults on every large
-    allocation (slow on some VMs). The estimator prices each regime (memory/estimate.py).
+    allocation (slow on some VMs). The estimator prices each regime (memory/overhead.py).
 
     The limit is not enforced by the device (there is none): the client compares each step's peak
     with it at the step boundary (`enforces_limit = False`).

@@ -102,7 +102,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     record.ray_address = _cluster_address(options)
     concurrency = trial_concurrency(spec, echo)
     if spec.uses_edo:
-        from elastune.memory.broker import ensure_broker
+        from elastune.edo.broker import ensure_broker
 
         ensure_broker()  # trials register their devices; `elastune edo status` shows them meanwhile
     # Tune saves its experiment state (what a resume restores) every few seconds instead of its

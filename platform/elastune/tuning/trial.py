@@ -95,9 +95,9 @@ def _train_under_edo(
     import ray
     from ray import tune
 
-    from elastune.memory.broker import ensure_broker
-    from elastune.memory.client import edo_session, plan_demand
-    from elastune.memory.policy import DeviceSpec
+    from elastune.edo.broker import ensure_broker
+    from elastune.edo.client import edo_session, plan_demand
+    from elastune.edo.policy import DeviceSpec
     from elastune.training.loop import train
     from elastune.training.precision import resolve_device
     from elastune.training.probe import CudaProbe, VirtualProbe

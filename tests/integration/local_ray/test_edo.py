@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import ray
 import torch
+from elastune.edo.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
+from elastune.edo.client import Demand, edo_session
+from elastune.edo.policy import DeviceSpec
 from elastune.errors import EdoError, OutOfMemory
-from elastune.memory.broker import BrokerConfig, ensure_broker, read_status, shutdown_broker
-from elastune.memory.client import Demand, edo_session
-from elastune.memory.policy import DeviceSpec
 from elastune.training.loop import train
 from elastune.training.probe import VirtualProbe
 from elastune.validate import load_run_config

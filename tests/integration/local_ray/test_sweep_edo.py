@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elastune.memory.broker import read_status, shutdown_broker
-from elastune.memory.client import plan_demand
+from elastune.edo.broker import read_status, shutdown_broker
+from elastune.edo.client import plan_demand
 from elastune.tuning.spec import SweepSpec, validate_sweep_spec
 from elastune.tuning.sweep import SweepOptions, run_sweep
 

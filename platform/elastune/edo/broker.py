@@ -31,8 +31,8 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from elastune.edo.policy import DeviceSpec, Grant, Policy
 from elastune.errors import ElastuneError, InputError
-from elastune.memory.policy import DeviceSpec, Grant, Policy
 
 __all__ = [
     "BROKER_NAME",

@@ -23,10 +23,8 @@
   update and raises the OOM itself. Either way the loop's OOM recovery halves the micro-batch and
   redoes the step: only the trial that overran pays, and it does not grow back into the same shape
   until its grant grows.
-- Memory model for re-shaping: use(micro, rows) = measured use now + (change in micro) x bytes per
-  sample + (change in cached rows) x bytes per row. Bytes per row are exact (the cache's layout);
-  bytes per sample come from the demand's two predicted peaks, and are re-fitted from measurements
-  when a re-shape missed.
+- Re-shaping follows the pure model in reshape.py: the use of another shape is predicted from the
+  use measured now, bytes per sample and bytes per cached row.
 """
 
 from __future__ import annotations
@@ -43,10 +41,11 @@ import torch
 from torch import nn
 
 from elastune.config import RunConfig
+from elastune.edo.broker import broker_unreachable, get_broker
+from elastune.edo.policy import DeviceSpec, Grant
+from elastune.edo.reshape import Shape, Split, ladder
 from elastune.embeddings.cached import CachedEmbedding
 from elastune.errors import EdoError, InputError
-from elastune.memory.broker import broker_unreachable, get_broker
-from elastune.memory.policy import DeviceSpec, Grant
 from elastune.training.checkpoint import LoopState
 from elastune.training.probe import ElasticProbe
 
@@ -84,10 +83,10 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     quarter of the cached rows for the `cached` strategy)."""
     from elastune.memory.estimate import estimate  # lazy: the fake-tensor trace is heavy to import
 
-    ladder = _ladder(cfg.batch.micro)
-    smallest = min_micro if min_micro is not None else min(m for m in ladder if m * 8 >= cfg.batch.micro)
-    if smallest not in ladder:
-        raise InputError(f"min_micro={smallest}: must be batch.micro={cfg.batch.micro} halved k times: {ladder}")
+    halvings = ladder(cfg.batch.micro)
+    smallest = min_micro if min_micro is not None else min(m for m in halvings if m * 8 >= cfg.batch.micro)
+    if smallest not in halvings:
+        raise InputError(f"min_micro={smallest}: must be batch.micro={cfg.batch.micro} halved k times: {halvings}")
     fraction = min_cache_fraction if cfg.embedding.strategy == "cached" else 1.0
     small = cfg.model_copy(
         update={
@@ -100,9 +99,9 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
 
     # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart.
     # Padded by the estimator's error goal: a trial whose smallest shape measures 1% over a bare
-    # estimate has nothing left to shrink and fails (seen on the virtual device). A small trial's
-    # tables dominate every shape, and 10% of a 13 MiB estimate was less than the virtual device's
-    # own spread: CI saw a trial measure 12.6% over it at every micro-batch down to 1, and fail.
+    # estimate has nothing left to shrink and fails. And by at least the virtual device's own
+    # spread (±3 MiB): a small trial's tables dominate every shape, so 10% of a small estimate is
+    # less than that spread at every micro-batch down to 1.
     def priced(c: RunConfig) -> int:
         predicted = estimate(c, virtual=True).peak_bytes
         return predicted + max(int(predicted * DEMAND_PADDING), DEMAND_PADDING_MIN)
@@ -167,7 +166,9 @@ class EdoBoundary:
         self._epoch = 0  # bumped by each confirm: a heartbeat reply sent before it is stale, dropped
         self._limit = 0  # the grant this process holds itself to (the training thread's view)
         self._stop = threading.Event()
-        self._shape: _Shape | None = None  # set at the first boundary
+        self._shape: Shape | None = None  # set at the first boundary
+        self._caches: list[CachedEmbedding] = []  # the model's cached tables, and their configured rows
+        self._cache_rows0: list[int] = []
         self._verifying: int | None = None  # the target a re-shape is being measured against
         self._attempts = 0
         self._oom_micro: int | None = None  # overran at this micro-batch: do not grow back into it
@@ -230,7 +231,7 @@ class EdoBoundary:
         if self._shape is None:
             # Before the first step: nothing of a step measured yet (the window held the build), so
             # the configured shape is priced by the demand's prediction.
-            self._shape = _Shape.of(state, model, self.demand)
+            self._shape = self._configured_shape(state, model)
             used, self._seen_ooms = self.demand.want_bytes, state.oom_retries
         self._note_ooms(state)
         if not reply.known or reply.state == "waiting":
@@ -243,43 +244,47 @@ class EdoBoundary:
             self.probe.set_limit(self._limit)
             self._oom_micro = None  # the shape that overran may fit now
         if reply.shrink_requested and reply.target_bytes < self._limit:
-            self._shrink_toward(reply.target_bytes, state, model, used)
+            self._shrink_toward(reply.target_bytes, state, used)
             return
         self._verifying, self._attempts = None, 0
         # A prediction (first boundary) is a ceiling already; a measurement gets the headroom.
         if used > (self._limit if first else self._limit * (1 - self._headroom)):
             # Close to (or, between checks, over) our own grant: the first boundary of a trial started
             # below its want, or use creeping up. Re-shape before the allocator or `check` must.
-            fit = self._shape.fit(self._limit * (1 - self._headroom), state, used, min_micro=self.demand.min_micro)
-            if fit < (state.micro, self._shape.rows):
-                self._apply(*fit, state, model, "shrink", used)
+            budget = self._limit * (1 - self._headroom)
+            fit = self._shape.fit(budget, state.micro, state.accum, used, min_micro=self.demand.min_micro)
+            if (fit.micro, fit.rows) < (state.micro, self._shape.rows):
+                self._apply(fit, state, "shrink", used)
         else:
-            self._grow_within(self._limit, state, model, used)
+            self._grow_within(self._limit, state, used)
 
     # -- adapting
 
-    def _shrink_toward(self, target: int, state: LoopState, model: nn.Module, used: int) -> None:
+    def _shrink_toward(self, target: int, state: LoopState, used: int) -> None:
         assert self._shape is not None
         if self._verifying == target and self._attempts and self._shape.last_change is not None:
-            self._shape.refit(state, used)  # the last re-shape missed: learn the real slope
+            self._shape.refit(state.micro, used)  # the last re-shape missed: learn the real slope
         if used <= target * (1 - self._headroom) or self._attempts >= SHRINK_ATTEMPTS:
             self._confirm(target, state, used)
             return
-        micro, rows = self._shape.fit(target * (1 - self._headroom), state, used, min_micro=self.demand.min_micro)
-        if (micro, rows) == (state.micro, self._shape.rows):
+        fit = self._shape.fit(
+            target * (1 - self._headroom), state.micro, state.accum, used, min_micro=self.demand.min_micro
+        )
+        if (fit.micro, fit.rows) == (state.micro, self._shape.rows):
             self._confirm(target, state, used)  # nothing smaller to try: commit, enforcement does the rest
             return
-        self._apply(micro, rows, state, model, "shrink", used)
+        self._apply(fit, state, "shrink", used)
         self._verifying, self._attempts = target, self._attempts + 1
 
-    def _grow_within(self, limit: int, state: LoopState, model: nn.Module, used: int) -> None:
+    def _grow_within(self, limit: int, state: LoopState, used: int) -> None:
         assert self._shape is not None
         if (state.micro, self._shape.rows) == (self._shape.micro0, self._shape.rows0):
             return
         cap = self._oom_micro // 2 if self._oom_micro is not None else None
-        micro, rows = self._shape.fit(limit * (1 - self._headroom - GROW_MARGIN), state, used, max_micro=cap)
-        if (micro, rows) > (state.micro, self._shape.rows):
-            self._apply(micro, rows, state, model, "grow", used)
+        budget = limit * (1 - self._headroom - GROW_MARGIN)
+        fit = self._shape.fit(budget, state.micro, state.accum, used, max_micro=cap)
+        if (fit.micro, fit.rows) > (state.micro, self._shape.rows):
+            self._apply(fit, state, "grow", used)
 
     def _confirm(self, target: int, state: LoopState, used: int) -> None:
         # Hold ourselves to the target first, then tell the broker: if the call fails (restarting),
@@ -297,14 +302,26 @@ class EdoBoundary:
         self._verifying, self._attempts = None, 0
         self._record("confirm", state, used=used)
 
-    def _apply(self, micro: int, rows: int, state: LoopState, model: nn.Module, event: str, used: int) -> None:
+    def _configured_shape(self, state: LoopState, model: nn.Module) -> Shape:
+        self._caches = [m for m in model.modules() if isinstance(m, CachedEmbedding)]
+        self._cache_rows0 = [m.capacity for m in self._caches]
+        d = self.demand
+        return Shape.configured(
+            state.micro,
+            want_bytes=d.want_bytes,
+            min_bytes=d.min_bytes,
+            min_micro=d.min_micro,
+            cache_rows=sum(self._cache_rows0),
+            cache_bytes=sum(m.device_bytes() for m in self._caches),
+            min_cache_fraction=d.min_cache_fraction,
+        )
+
+    def _apply(self, to: Split, state: LoopState, event: str, used: int) -> None:
         assert self._shape is not None
-        self._shape.change(state, used, micro, rows)
-        if micro != state.micro:
-            state.accum = state.micro * state.accum // micro  # the effective batch stays exact
-            state.micro = micro
-        for module, rows0 in zip(self._shape.caches, self._shape.cache_rows0, strict=True):
-            module.resize(round(rows0 * rows / max(1, self._shape.rows0)))
+        self._shape.change(state.micro, used, to)
+        state.micro, state.accum = to.micro, to.accum  # the effective batch stays exact (reshape.split)
+        for module, rows0 in zip(self._caches, self._cache_rows0, strict=True):
+            module.resize(round(rows0 * to.rows / max(1, self._shape.rows0)))
         if event == "shrink":
             self.probe.trim()  # hand back cached blocks so the next window measures the new shape
         self.probe.window_peak(reset=True)  # the next window is the new shape's alone
@@ -363,79 +380,6 @@ class EdoBoundary:
                 "t": time.time(),
             }
         )
-
-
-@dataclass
-class _Shape:
-    """The trial's shape (micro-batch, cached rows) and the memory model that re-shapes it."""
-
-    micro0: int
-    micro_floor: int  # the smallest micro on the halving ladder
-    caches: list[CachedEmbedding]
-    cache_rows0: list[int]
-    rows0: int  # all cached rows in the configured shape
-    rows: int
-    min_rows: int
-    row_bytes: float  # device bytes per cached row (exact: the cache's layout)
-    sample_bytes: float  # bytes per sample of micro-batch (predicted, re-fitted from measurements)
-    last_change: tuple[int, int, int] | None = None  # (micro, rows, used) before the last re-shape
-
-    @classmethod
-    def of(cls, state: LoopState, model: nn.Module, demand: Demand) -> _Shape:
-        caches = [m for m in model.modules() if isinstance(m, CachedEmbedding)]
-        rows0 = [m.capacity for m in caches]
-        total = sum(rows0)
-        cache_bytes = sum(m.device_bytes() for m in caches)
-        span = state.micro - min(demand.min_micro, state.micro)
-        predicted = demand.want_bytes - demand.min_bytes - cache_bytes * (1 - demand.min_cache_fraction)
-        sample_bytes = predicted / span if span > 0 and predicted > 0 else demand.want_bytes / state.micro
-        return cls(
-            micro0=state.micro,
-            micro_floor=min(_ladder(state.micro)),
-            caches=caches,
-            cache_rows0=rows0,
-            rows0=total,
-            rows=total,
-            min_rows=int(total * demand.min_cache_fraction),
-            row_bytes=cache_bytes / total if total else 0.0,
-            sample_bytes=sample_bytes,
-        )
-
-    def predict(self, used: int, micro_now: int, micro: int, rows: int) -> float:
-        return used + (micro - micro_now) * self.sample_bytes + (rows - self.rows) * self.row_bytes
-
-    def fit(
-        self, budget: float, state: LoopState, used: int, min_micro: int = 1, max_micro: int | None = None
-    ) -> tuple[int, int]:
-        """The largest shape predicted to fit `budget`: the largest micro-batch (down to `min_micro`),
-        then the most cached rows; the smallest shape if none fits."""
-        top = min(self.micro0, max_micro) if max_micro is not None else self.micro0
-        for micro in [m for m in _ladder(self.micro0) if min_micro <= m <= top]:
-            room = budget - self.predict(used, state.micro, micro, self.rows)
-            rows = self.rows + int(room // self.row_bytes) if self.row_bytes else self.rows
-            rows = min(rows, self.rows0)
-            if rows >= self.min_rows and self.predict(used, state.micro, micro, rows) <= budget:
-                return micro, rows
-        return max(min(min_micro, state.micro), self.micro_floor), self.min_rows
-
-    def change(self, state: LoopState, used: int, micro: int, rows: int) -> None:
-        self.last_change = (state.micro, self.rows, used)
-        self.rows = rows
-
-    def refit(self, state: LoopState, used: int) -> None:
-        """After a re-shape that changed only the micro-batch: bytes per sample, as measured."""
-        assert self.last_change is not None
-        micro_before, rows_before, used_before = self.last_change
-        if rows_before == self.rows and micro_before != state.micro and used_before > used:
-            self.sample_bytes = (used_before - used) / (micro_before - state.micro)
-
-
-def _ladder(micro: int) -> list[int]:
-    """micro, micro/2, micro/4, ... while it halves exactly (largest first)."""
-    out = [micro]
-    while out[-1] % 2 == 0:
-        out.append(out[-1] // 2)
-    return out
 
 
 def _scaled_cache(cfg: RunConfig, fraction: float) -> Any:
