@@ -238,7 +238,16 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 class RunConfig(_Section):
     """One training run: workload, data, model, embedding strategy, optimizer, precision, batch."""
 
-    workload: Literal["dlrm"] = "dlrm"
+    workload: str = Field(
+        "dlrm",
+        max_length=200,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_]*)?$",
+        description="The model family: a built-in (dlrm), an installed plugin's name (entry-point group "
+        "elastune.workloads), or an import path MODULE:FACTORY.",
+    )
+    workload_options: dict[str, Any] = Field(
+        default_factory=dict, description="The workload's own options, validated by the model its factory declares."
+    )
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for model init and anything random in training.")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"

@@ -89,8 +89,11 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
         except ConfigError:
             continue
         for leaf, value in flatten(nested).items():
-            if leaf in known and leaf not in CLIENT_KEYS:
+            # workload_options has no keys of its own (the workload's model gives them): all closed
+            if (leaf in known or leaf.startswith("workload_options")) and leaf not in CLIENT_KEYS:
                 problems.append(Problem(f"{field}.{leaf}", value, _refusal(leaf)))
+            elif leaf == "workload" and _imports(value):
+                problems.append(Problem(f"{field}.{leaf}", value, _IMPORT_REFUSAL))
     return problems
 
 
@@ -100,6 +103,9 @@ def stored_config_problems(raw: Mapping[str, Any], field: str = "from_sweep") ->
     defaults = flatten(RunConfig().to_dict())
     problems = []
     for leaf, value in flatten(raw).items():
+        if leaf == "workload" and _imports(value):
+            problems.append(Problem(f"{field}.{leaf}", value, _IMPORT_REFUSAL))
+            continue
         if leaf in CLIENT_KEYS or (leaf in defaults and defaults[leaf] == value):
             continue
         problems.append(
@@ -111,6 +117,17 @@ def stored_config_problems(raw: Mapping[str, Any], field: str = "from_sweep") ->
             )
         )
     return problems
+
+
+# An import path would make the run import (execute) whatever module a client names.
+_IMPORT_REFUSAL = (
+    "a remote client may name an installed workload (a built-in or an elastune.workloads plugin), not an "
+    "import path MODULE:FACTORY; launch that one from the command line"
+)
+
+
+def _imports(value: Any) -> bool:
+    return not isinstance(value, str) or ":" in value
 
 
 def client_checkpoint(job_id: str) -> Path:

@@ -23,7 +23,7 @@ from elastune.embeddings.fbgemm import fbgemm_import_error, run_problems
 from elastune.embeddings.shared import validate_groups
 from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
 from elastune.errors import MISSING, ConfigError, Problem
-from elastune.workloads.data import tables_of
+from elastune.workloads import WorkloadError, build_workload
 
 __all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
 
@@ -58,6 +58,10 @@ def config_problems(raw: Mapping[str, Any]) -> tuple[RunConfig | None, list[Prob
 
 def component_problems(cfg: RunConfig) -> list[Problem]:
     """What the embedding registry and the workload refuse in a config pydantic accepted."""
+    try:
+        tables = build_workload(cfg).table_sizes  # found, built with its options, a Workload
+    except WorkloadError as exc:
+        return [Problem(exc.field, exc.value, str(exc))]
     emb = cfg.embedding
     if emb.strategy not in strategies():
         available = ", ".join(strategies())
@@ -68,7 +72,7 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
         problems += _fbgemm_problems(cfg)
     if emb.groups is not None:
         try:
-            validate_groups(emb.groups, len(tables_of(cfg.data)))
+            validate_groups(emb.groups, len(tables))
         except ValueError as exc:
             problems.append(Problem("embedding.groups", emb.groups, str(exc)))
     # Whole-run rules: their messages name every field involved.
@@ -81,7 +85,7 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
                 f"not optimizer.sparse={cfg.optimizer.sparse}; set optimizer.sparse to sgd, adagrad or rowwise_adagrad",
             )
         )
-    total = sum(tables_of(cfg.data))
+    total = sum(tables)
     if emb.cache_rows is not None and emb.cache_rows > total:
         given = (
             f"data.table_rows={cfg.data.table_rows}"

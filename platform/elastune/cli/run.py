@@ -76,11 +76,11 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     from elastune.embeddings import spec_for
     from elastune.memory.estimate import estimate as run_estimate
     from elastune.training.precision import resolve_device
-    from elastune.workloads.data import tables_of
+    from elastune.workloads import build_workload
 
     cfg = load_run_config(config, set_ or [])
     est = run_estimate(cfg, resolve_device(cfg.device))
-    tables = tables_of(cfg.data)
+    tables = build_workload(cfg).table_sizes
     # The tables' own bytes, by the strategy's formula (exact: rows x dim x bytes per value, plus
     # any per-row metadata); the parameters part of the breakdown adds the MLPs.
     table_bytes = spec_for(cfg.embedding).state_bytes(

@@ -91,8 +91,10 @@ def swap_embeddings(model: nn.Module, cfg: EmbeddingConfig, sparse_optimizer: st
     for name, module in found:
         table = build_embedding((module.num_embeddings,), module.embedding_dim, cfg, sparse_optimizer)
         bag = isinstance(module, nn.EmbeddingBag)
+        if module.weight.device != torch.device("cpu"):  # strategies build on the CPU, as models do
+            table = table.to(module.weight.device)
         swapped = SwappedEmbedding(
-            table.to(module.weight.device),
+            table,
             bag=bag,
             mode=module.mode if isinstance(module, nn.EmbeddingBag) else "mean",
             padding_idx=module.padding_idx,

@@ -34,7 +34,6 @@ from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
 from elastune.training.step import forward_backward
 from elastune.workloads import build_workload
-from elastune.workloads.data import NUM_DENSE, Batch
 
 __all__ = ["distinct_rows", "trace"]
 
@@ -56,13 +55,23 @@ def distinct_rows(cfg: RunConfig) -> dict[int, int]:
     counts the strategies that touch only a batch's distinct rows (`sparse_optim.traced_rows`) are
     traced at their real size, not at one row per lookup: 13.7% of the lookups in the default
     micro-batch of 1024 x 26 Zipf ids, 5.4% at 16384. Data that cannot be read: {} (the worst case)."""
-    key = (cfg.workload, cfg.data.model_dump_json(), cfg.batch.micro, cfg.eval.batch or cfg.batch.micro)
+    key = (
+        cfg.workload,
+        json.dumps(cfg.workload_options, sort_keys=True),
+        cfg.data.model_dump_json(),
+        cfg.batch.micro,
+        cfg.eval.batch or cfg.batch.micro,
+    )
     return dict(_distinct_rows(*key))
 
 
 @functools.lru_cache(maxsize=64)
-def _distinct_rows(workload: str, data_json: str, micro: int, eval_batch: int) -> tuple[tuple[int, int], ...]:
-    cfg = RunConfig.model_validate({"workload": workload, "data": json.loads(data_json)})
+def _distinct_rows(
+    workload: str, options_json: str, data_json: str, micro: int, eval_batch: int
+) -> tuple[tuple[int, int], ...]:
+    cfg = RunConfig.model_validate(
+        {"workload": workload, "workload_options": json.loads(options_json), "data": json.loads(data_json)}
+    )
     wl = build_workload(cfg)
     offsets = feature_offsets(wl.table_sizes).view(1, -1, 1)
     counts = {}
@@ -97,7 +106,7 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
     model.train()
     tracker.training = True
     for _ in range(2):
-        batch = _fake_batch(cfg.batch.effective, cfg.data.pooling, len(workload.table_sizes))
+        batch = workload.example_batch(cfg.batch.effective)
         tracker.begin_transient()
         forward_backward(model, workload, batch, cfg.batch.micro, autocast, scaler)
         tracker.end_transient()
@@ -108,7 +117,7 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
         del batch
     model.eval()
     with torch.no_grad(), autocast():
-        eval_batch = _fake_batch(cfg.eval.batch or cfg.batch.micro, cfg.data.pooling, len(workload.table_sizes))
+        eval_batch = workload.example_batch(cfg.eval.batch or cfg.batch.micro)
         workload.predict(model, eval_batch)
 
 
@@ -117,11 +126,3 @@ def _moved_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     host (named in its `host_buffers`, as the `cached` strategy's table is)."""
     host = {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "host_buffers", ())}
     return [t for t in [*model.parameters(), *model.buffers()] if id(t) not in host]
-
-
-def _fake_batch(n: int, pooling: int, num_sparse: int) -> Batch:
-    return Batch(
-        torch.empty(n, NUM_DENSE),
-        torch.zeros(n, num_sparse, pooling, dtype=torch.int64),
-        torch.empty(n),
-    )

@@ -1,11 +1,12 @@
-"""The Workload protocol: what the training loop needs from a model family.
+"""The Workload protocol: what the training loop and the estimator need from a model family.
 
 The loop knows nothing about DLRM; it asks the workload for a model, a data source and a loss.
+Which workload a run uses is resolved in workloads/registry.py (built-ins, plugins, import paths).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -23,9 +24,10 @@ from elastune.workloads.data import (
 from elastune.workloads.dlrm import DLRM
 from elastune.workloads.synthetic import SyntheticCriteo
 
-__all__ = ["DLRMWorkload", "Workload", "build_workload"]
+__all__ = ["DLRMWorkload", "Workload"]
 
 
+@runtime_checkable
 class Workload(Protocol):
     table_sizes: tuple[int, ...]  # rows of each sparse feature's table
 
@@ -39,6 +41,12 @@ class Workload(Protocol):
 
     def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Probabilities for `batch`, used by evaluation."""
+        ...
+
+    def example_batch(self, n: int) -> Batch:
+        """A batch of `n` samples of the source's shapes and dtypes (values do not matter): the
+        estimator traces the model on it under fake tensors, so it must allocate with torch
+        factory functions (torch.empty / torch.zeros), not copy real data."""
         ...
 
 
@@ -75,8 +83,9 @@ class DLRMWorkload:
     def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         return torch.sigmoid(model(batch.dense, batch.sparse).float())
 
-
-def build_workload(cfg: RunConfig) -> Workload:
-    if cfg.workload == "dlrm":
-        return DLRMWorkload(cfg)
-    raise ValueError(f"unknown workload {cfg.workload!r}")  # unreachable: RunConfig validates it
+    def example_batch(self, n: int) -> Batch:
+        return Batch(
+            torch.empty(n, NUM_DENSE),
+            torch.zeros(n, len(self.table_sizes), self.cfg.data.pooling, dtype=torch.int64),
+            torch.empty(n),
+        )

@@ -1,0 +1,142 @@
+"""Which workload a run trains: a built-in name, an installed plugin, or an import path.
+
+`workload:` in a run config is one of
+- a name: a built-in (`dlrm`) or a workload an installed package registers under the entry-point
+  group `elastune.workloads` (pyproject: `[project.entry-points."elastune.workloads"]
+  two_tower = "my_pkg.models:make_workload"`);
+- an import path `package.module:factory`, for a workload that is not packaged (the module must be
+  importable where the run happens: on every Ray node for a sweep, see the README).
+
+A factory is called as `factory(cfg, options)` and returns a `Workload`. It may declare its own
+options as a pydantic model in an `options_model` attribute; `workload_options` in the run config
+is validated by it (no model: no options accepted). Every failure to find, build or validate a
+workload is a `WorkloadError` naming the field and the fix, which `validate.py` reports as a config
+problem before anything runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, Protocol, cast
+
+from pydantic import BaseModel, ValidationError
+
+from elastune.config import RunConfig
+from elastune.workloads.base import DLRMWorkload, Workload
+
+__all__ = ["ENTRY_POINT_GROUP", "WorkloadError", "WorkloadFactory", "build_workload", "resolve", "workload_names"]
+
+ENTRY_POINT_GROUP = "elastune.workloads"
+
+
+class WorkloadFactory(Protocol):
+    def __call__(self, cfg: RunConfig, options: Any) -> Workload: ...
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be found, built or configured; `field` names the config key."""
+
+    def __init__(self, field: str, value: Any, message: str) -> None:
+        super().__init__(message)
+        self.field, self.value = field, value
+
+
+def _dlrm(cfg: RunConfig, options: Any) -> Workload:
+    return DLRMWorkload(cfg)
+
+
+_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm}
+
+
+def workload_names() -> list[str]:
+    """The names `workload:` accepts without an import path: built-ins and installed plugins."""
+    return sorted({*_BUILTIN, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+
+
+def resolve(name: str) -> WorkloadFactory:
+    """The factory `name` stands for (see the module docstring)."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise WorkloadError(
+                "workload",
+                name,
+                f"cannot import {module_name!r} ({exc}); install the package that holds it, or put its folder on "
+                "PYTHONPATH (for a sweep: on every Ray node, or ship it with `ray job submit --working-dir`)",
+            ) from None
+        factory = getattr(module, attr, None)
+        if factory is None:
+            raise WorkloadError("workload", name, f"{module_name!r} has no {attr!r}; give MODULE:FACTORY")
+        return _callable(name, factory)
+    if name in _BUILTIN:
+        return cast(WorkloadFactory, _BUILTIN[name])
+    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not found:
+        raise WorkloadError(
+            "workload",
+            name,
+            f"no workload named {name!r}; installed: {', '.join(workload_names())}; or give an import path "
+            "MODULE:FACTORY",
+        )
+    try:
+        factory = found[0].load()
+    except Exception as exc:  # a plugin whose own import fails: say which, with its error
+        raise WorkloadError(
+            "workload", name, f"the plugin {found[0].value!r} failed to load: {type(exc).__name__}: {exc}"
+        ) from None
+    return _callable(name, factory)
+
+
+def build_workload(cfg: RunConfig) -> Workload:
+    """The run's workload, built by its factory with its validated options."""
+    factory = resolve(cfg.workload)
+    options = _options(factory, cfg)
+    try:
+        workload = factory(cfg, options)
+    except WorkloadError:
+        raise
+    except Exception as exc:
+        raise WorkloadError(
+            "workload", cfg.workload, f"its factory raised {type(exc).__name__}: {exc}; fix the workload or its options"
+        ) from exc
+    if not isinstance(workload, Workload):
+        missing = [m for m in ("table_sizes", "build_model", "data_source", "loss", "predict", "example_batch")
+                   if not hasattr(workload, m)]  # fmt: skip
+        raise WorkloadError(
+            "workload",
+            cfg.workload,
+            f"its factory returned {type(workload).__name__}, not a Workload (missing: {', '.join(missing)}); "
+            "see docs/workloads.md",
+        )
+    return workload
+
+
+def _options(factory: WorkloadFactory, cfg: RunConfig) -> BaseModel | None:
+    model = getattr(factory, "options_model", None)
+    given = cfg.workload_options
+    if model is None:
+        if given:
+            raise WorkloadError(
+                "workload_options", given, f"workload {cfg.workload!r} takes no options; drop workload_options"
+            )
+        return None
+    try:
+        return cast(BaseModel, model.model_validate(given))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise WorkloadError(
+            f"workload_options.{where}" if where else "workload_options",
+            first.get("input"),
+            f"{first['msg']} (options of workload {cfg.workload!r})",
+        ) from None
+
+
+def _callable(name: str, factory: Any) -> WorkloadFactory:
+    if not callable(factory):
+        raise WorkloadError("workload", name, f"{name!r} is a {type(factory).__name__}, not a factory to call")
+    return cast(WorkloadFactory, factory)

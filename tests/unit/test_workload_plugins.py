@@ -1,0 +1,95 @@
+"""Your own workload without touching elastune: an import path `MODULE:FACTORY`, or a name an
+installed package registers under the `elastune.workloads` entry-point group; its options are
+validated by its own pydantic model; every way it can be wrong is a config error naming the field
+(exit 2, nothing run); a remote client may name installed workloads only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from elastune.cli import main
+from elastune.untrusted import override_problems, stored_config_problems
+from elastune.validate import load_run_config
+from elastune.workloads import build_workload, workload_names
+
+from tests.conftest import TINY
+
+TOWER = "tests.unit.plugin_workload.tower"
+
+
+def _args(*sets: str) -> list[str]:
+    return [a for s in [*TINY, *sets] for a in ("--set", s)]
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An installed distribution that registers the towers as `two_tower` (what `pip install` of a
+    package with `[project.entry-points."elastune.workloads"]` leaves in site-packages)."""
+    dist = tmp_path / "site" / "tower_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tower-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[elastune.workloads]\ntwo_tower = {TOWER}:make_workload\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    return "two_tower"
+
+
+@pytest.mark.parametrize("how", ["import path", "entry point"])
+def test_a_users_workload_trains_and_is_estimated(how: str, plugin: str, capsys: pytest.CaptureFixture[str]) -> None:
+    name = f"{TOWER}:make_workload" if how == "import path" else plugin
+    sets = [f"workload={name}", "workload_options={hidden: 8}", "embedding.strategy=hashed"]
+    assert main(["train", "--format", "json", *_args(*sets)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"]["workload"] == name and result["config"]["workload_options"] == {"hidden": 8}
+    assert result["samples"] > 0 and 0 < result["val_auc"] <= 1
+    assert main(["estimate", "--format", "json", *_args(*sets)]) == 0
+    estimate = json.loads(capsys.readouterr().out)
+    assert estimate["tables"]["count"] == 2 and estimate["estimated_peak_bytes"] > 0
+
+
+def test_the_plugin_is_listed_and_built_with_its_options(plugin: str) -> None:
+    assert plugin in workload_names() and "dlrm" in workload_names()
+    workload = build_workload(load_run_config(None, [f"workload={plugin}", "workload_options={hidden: 3}"]))
+    assert workload.table_sizes == (500, 300)
+    assert workload.options.hidden == 3  # type: ignore[attr-defined]
+    model = workload.build_model()
+    assert type(model.user).__name__ == "SwappedEmbedding"  # the run's strategy, through swap_embeddings
+
+
+@pytest.mark.parametrize(
+    ("sets", "field", "says"),
+    [
+        (["workload=no_such_pkg.models:make"], "workload", "cannot import 'no_such_pkg.models'"),
+        ([f"workload={TOWER}:missing"], "workload", "has no 'missing'"),
+        ([f"workload={TOWER}:NOT_CALLABLE"], "workload", "not a factory"),
+        ([f"workload={TOWER}:raising"], "workload", "its factory raised RuntimeError: the towers need a GPU"),
+        ([f"workload={TOWER}:not_a_workload"], "workload", "not a Workload (missing: table_sizes"),
+        (["workload=two_towers"], "workload", "no workload named 'two_towers'; installed: dlrm"),
+        (["workload=os.system; rm -rf ~"], "workload", "string should match pattern"),
+        ([f"workload={TOWER}:make_workload", "workload_options={hidden: lots}"], "workload_options.hidden", "integer"),
+        ([f"workload={TOWER}:make_workload", "workload_options={depth: 3}"], "workload_options.depth", "Extra inputs"),
+        (["workload_options={hidden: 8}"], "workload_options", "workload 'dlrm' takes no options"),
+    ],
+)
+def test_every_way_a_workload_can_be_wrong_is_a_config_error(
+    sets: list[str], field: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    for command in ("train", "estimate"):
+        assert main([command, *_args(*sets)]) == 2
+        said = capsys.readouterr().err
+        assert field in said and says.lower() in said.lower(), said
+        assert "Traceback" not in said
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_remote_client_names_installed_workloads_only(plugin: str) -> None:
+    # An import path would make the run import whatever module the client names.
+    assert override_problems([f"workload={plugin}"]) == []
+    refused = override_problems([f"workload={TOWER}:make_workload"])
+    assert [p.path for p in refused] == ["sets.workload"] and "import path" in refused[0].message
+    stored = stored_config_problems({"workload": f"{TOWER}:make_workload"})
+    assert [p.path for p in stored] == ["from_sweep.workload"]
+    assert [p.path for p in override_problems(["workload_options={hidden: 8}"])] == ["sets.workload_options.hidden"]
