@@ -45,7 +45,7 @@ memory, not the cores (or the GPU), bounds how many run together.
     python bench/edo.py --json out.json  # also the raw figures
     python bench/edo.py --device cuda    # on GPU 0 (exits 2 where CUDA is not available)
 
-Record results in bench/RESULTS.md under "## EDO".
+Each run writes its record to bench/records/; `python bench/render.py` updates bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -908,6 +908,41 @@ def main() -> None:
                 {"info": info, "calibration": calib, "modes": [edo, static, seq, *extra], "faults": faults}, indent=1
             )
         )
+    _record(args, [edo, static, seq, *extra], faults, info)
+
+
+def _record(
+    args: argparse.Namespace, modes: list[dict[str, Any]], faults: dict[str, Any], info: dict[str, Any]
+) -> None:
+    """This run's record (bench/record.py): EDO against each fixed share, and the fault run's checks."""
+    from record import Figure, write_record
+
+    edo, static, *others = modes
+    ratio = edo["per_hour"] / static["per_hour"]
+    figures = [
+        Figure(f"completed trials/hour, EDO vs {static['mode']}", round(ratio, 2), "x", ">= 1.5", ratio >= 1.5),
+        *(Figure(f"EDO vs {m['mode']}", round(edo["per_hour"] / m["per_hour"], 2), "x") for m in others),
+        Figure("OOMs under EDO", edo["ooms"], "", "0", edo["ooms"] == 0),
+    ]
+    if "error" not in faults:
+        regrant = faults["regrant_hb"]
+        figures += [
+            Figure("re-grant after SIGKILL", regrant, "heartbeats", "<= 2", regrant is not None and regrant <= 2),
+            Figure(
+                "neighbours' OOMs when one trial overruns",
+                faults["neighbour_ooms"],
+                "",
+                "0",
+                faults["neighbour_ooms"] == 0,
+            ),
+        ]
+    write_record(
+        f"edo-{'cuda' if args.device.startswith('cuda') else 'cpu'}",
+        "EDO: trials sharing one device",
+        figures,
+        settings={k: v for k, v in vars(args).items() if k != "json"} | {"wall_s": round(info["wall_s"])},
+        device=args.device,
+    )
 
 
 if __name__ == "__main__":

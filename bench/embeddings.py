@@ -18,7 +18,7 @@
     python bench/embeddings.py --steps 300 --json out.json
     python bench/embeddings.py --device cuda         # both tables on the GPU
 
-Record results in bench/RESULTS.md under "## Embedding strategies" (command, machine, date).
+Each run writes its record to bench/records/; `python bench/render.py` updates bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -273,6 +273,57 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(raw, fh, indent=1, default=str)
+    _record(args, raw)
+
+
+def _record(args: argparse.Namespace, raw: dict[str, Any]) -> None:
+    """A record per table that ran (bench/record.py)."""
+    from record import Figure, write_record
+
+    where = "cuda" if args.device.startswith("cuda") else "cpu"
+    if "strategies" in raw:
+        rows = {r["label"]: r for r in raw["strategies"]}
+        full = raw["strategies"][0]
+        figures = [
+            Figure(
+                f"{label}: table bytes vs full",
+                round(r["table_bytes"] / full["table_bytes"], 3),
+                "x",
+                note=f"AUC {r['val_auc'] - full['val_auc']:+.4f}, "
+                f"samples/s x{r['samples_per_s'] / full['samples_per_s']:.2f}",
+            )
+            for label, r in rows.items()
+            if r is not full
+        ]
+        for label, bound in (("half (fp16)", 0.5), ("int8", 0.3)):
+            r = rows.get(label)
+            if r is not None:
+                share = r["table_bytes"] / full["table_bytes"]
+                figures.append(Figure(f"{label}: table bytes vs full, target", round(share, 3), "x", f"<= {bound}",
+                                      share <= bound + 1e-9))  # fmt: skip
+        write_record(
+            f"embeddings-{where}",
+            "Embedding strategies: bytes, speed and quality against full",
+            figures,
+            settings={"steps": args.steps, "device": args.device},
+            device=args.device,
+            notes=["samples/s are single runs (they move 10-15% between runs); quality is the eval set's AUC."],
+        )
+    if "update" in raw:
+        rows = raw["update"]
+        adam = rows[0]["median_ms"]
+        by = {r["label"]: r["median_ms"] for r in rows}
+        ratio = adam / by["elastune rowwise_adagrad"]
+        write_record(
+            f"embeddings-update-{where}",
+            "Embedding update path: ms per step on a 2M x 64 table",
+            [
+                Figure("rowwise_adagrad vs dense Adam, per step", round(ratio, 1), "x faster", ">= 10", ratio >= 10),
+                *(Figure(label, round(ms, 2), "ms / step") for label, ms in by.items()),
+            ],
+            settings={"update_steps": args.update_steps, "device": args.device},
+            device=args.device,
+        )
 
 
 if __name__ == "__main__":

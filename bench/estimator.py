@@ -17,7 +17,8 @@ On CUDA the measured figure is the caching allocator's reserved peak (`cuda_rese
 allocated peak (live tensors) is reported beside it. Each process has its own allocator, so runs
 may share a GPU (`--jobs`): the memory figures do not depend on it, only wall time does.
 
-Record results in bench/RESULTS.md (command, machine, date, table, median/max error).
+Each run writes its record to bench/records/ (bench/record.py); `python bench/render.py` updates
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -171,6 +172,46 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
+    _record(args, rows, within, errors)
+
+
+def _record(args: argparse.Namespace, rows: list[dict[str, Any]], within: int, errors: list[float]) -> None:
+    from record import Figure, write_record
+
+    device = args.device or "cpu"
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    write_record(
+        f"estimator-{'cuda' if device.startswith('cuda') else 'cpu'}",
+        f"Estimator: predicted vs measured peak ({rows[0]['kind']})",
+        [
+            Figure(
+                "configs within ±10%",
+                round(within / len(rows), 3),
+                "",
+                ">= 0.90",
+                within / len(rows) >= 0.9,
+                f"{within}/{len(rows)}",
+            ),
+            Figure("median |error|", round(statistics.median(errors), 4)),
+            Figure("max |error|", round(max(errors), 4), note=worst["label"]),
+        ],
+        settings={"run": RUN, "repeat": args.repeat, "jobs": args.jobs, "measured": f"max of {args.repeat} fresh runs"},
+        device=args.device,
+        table={
+            "columns": ["#", "config", "measured MiB", "spread MiB", "predicted MiB", "error"],
+            "rows": [
+                [
+                    r["index"],
+                    r["label"],
+                    round(r["measured"] / 2**20, 1),
+                    f"{r['spread'][0] / 2**20:.0f}-{r['spread'][1] / 2**20:.0f}",
+                    round(r["predicted"] / 2**20, 1),
+                    f"{r['error']:+.1%}",
+                ]
+                for r in rows
+            ],
+        },
+    )
 
 
 def _fbgemm_missing() -> str | None:
