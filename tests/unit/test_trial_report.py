@@ -97,3 +97,12 @@ def test_a_report_with_a_wrong_type_is_refused() -> None:
 def test_constraint_values_without_a_reference_leave_quality_open() -> None:
     assert constraint_values(500, 0.7, 1000, 0.02, None) == (-0.5, 0.0, None)
     assert constraint_values(500, 0.7, None, None, None) == (0.0, 0.0, None)
+
+
+def test_the_figures_copied_between_report_and_record_exist_on_both() -> None:
+    from dataclasses import fields
+
+    from elastune.tracking.records import TrialRecord
+    from elastune.tuning.report import _AS_RECORDED
+
+    assert set(_AS_RECORDED) <= set(TrialReport.model_fields) & {f.name for f in fields(TrialRecord)}

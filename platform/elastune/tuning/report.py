@@ -88,17 +88,9 @@ class TrialReport(BaseModel):
             status=status,
             params=params,
             config=config,
-            estimated_peak_bytes=self.estimated_peak_bytes,
-            samples_per_s=self.samples_per_s,
-            peak_memory_bytes=self.peak_memory_bytes,
-            peak_memory_kind=self.peak_memory_kind,
-            val_logloss=self.val_logloss,
-            val_auc=self.val_auc,
-            oom_retries=self.oom_retries,
             steps=self.step,
-            quality_ok=self.quality_ok,
             error=self.error or (None if reported else "the trial reported nothing"),
-            node=self.node,
+            **{name: getattr(self, name) for name in _AS_RECORDED},
         )
 
     @classmethod
@@ -121,18 +113,23 @@ class TrialReport(BaseModel):
             error=trial.error,
             step=trial.steps,
             progress_pct=100 if trial.status != "pruned" else 99,
-            samples_per_s=trial.samples_per_s,
-            peak_memory_bytes=trial.peak_memory_bytes,
-            peak_memory_kind=trial.peak_memory_kind,
-            estimated_peak_bytes=trial.estimated_peak_bytes,
-            val_logloss=trial.val_logloss,
-            val_auc=trial.val_auc,
-            oom_retries=trial.oom_retries,
-            quality_ok=trial.quality_ok,
-            node=trial.node,
             constraints=constraints,
+            **{name: getattr(trial, name) for name in _AS_RECORDED},
         )
 
+
+# The figures a report and a record hold under the same name (to_record and replay copy them).
+_AS_RECORDED = (
+    "estimated_peak_bytes",
+    "samples_per_s",
+    "peak_memory_bytes",
+    "peak_memory_kind",
+    "val_logloss",
+    "val_auc",
+    "oom_retries",
+    "quality_ok",
+    "node",
+)
 
 # Out of memory at the smallest split: clearly over the ceiling, whatever it is.
 OOM_CONSTRAINTS = Constraints(memory=1.0, quality=0.0)
