@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import re
 import tracemalloc
 from collections.abc import Callable, Sequence
@@ -497,3 +498,39 @@ def test_gzipped_tsv_reads_like_plain(tmp_path: Path) -> None:
     with gzip.open(gz, "wt") as f:
         f.write("".join("\t".join(r) + "\n" for r in rows))
     assert_same(CriteoTSV(gz, SIZES).read(0, 4), expected_batch(rows))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_column_reader_reads_what_the_line_parser_reads(tmp_path: Path, seed: int) -> None:
+    """The TSV reader converts whole columns (pyarrow); every line must come out as the
+    line-by-line parser `_parse_tsv_line` (Python's int) reads it: odd but valid values (`+5`,
+    ` 7`, `0x1f`, 20-digit hex, huge counts), missing ones, and malformed lines skipped and counted."""
+    from elastune.workloads.criteo_files import _Malformed, _parse_tsv_line
+
+    rng = random.Random(seed)
+    odd_ints = ["+5", " 7", "-0", "00012", "1_000", "99999999999999999999999", "x1", "٣", "1.5", ""]
+    odd_hex = ["0x1f", "ABCDEF", "f" * 20, "0" * 16, " a", "zz", "g1", ""]
+    lines = []
+    for _ in range(400):
+        ints = [rng.choice(odd_ints) if rng.random() < 0.1 else str(rng.randint(-3, 10**6)) for _ in range(NUM_DENSE)]
+        cats = [rng.choice(odd_hex) if rng.random() < 0.1 else f"{rng.getrandbits(32):08x}" for _ in range(NUM_SPARSE)]
+        label = rng.choice(["0", "1", "1", "0", "2"]) if rng.random() < 0.2 else rng.choice(["0", "1"])
+        fields = [label, *ints, *cats]
+        if rng.random() < 0.03:
+            fields = fields[: rng.randint(0, 39)]
+        lines.append("\t".join(fields))
+    path = tmp_path / "odd.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(_parse_tsv_line(line, SIZES))
+        except _Malformed:
+            continue
+    source = CriteoTSV(path, SIZES, skip_malformed=True)
+    got = source.read(0, len(parsed))
+    assert source.malformed_lines == len(lines) - len(parsed) > 0
+    counts = np.maximum(np.array([p[1] for p in parsed], dtype=np.float64), 0.0)
+    assert torch.equal(got.dense, torch.from_numpy(np.log1p(counts).astype(np.float32)))
+    assert torch.equal(got.sparse, torch.tensor([p[2] for p in parsed], dtype=torch.int64).unsqueeze(2))
+    assert torch.equal(got.labels, torch.tensor([float(p[0]) for p in parsed]))

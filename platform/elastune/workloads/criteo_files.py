@@ -13,6 +13,8 @@ from typing import IO
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import torch
 
@@ -284,35 +286,145 @@ class CriteoTSV(_FileSource):
 
     Each line is `label \\t I1..I13 \\t C1..C26`: integer counts (empty = missing = 0, negative
     clamped to 0) and hex-hashed categoricals (empty = missing = row 0), the latter mapped into
-    each table with `hash_category`. Parsing is pure Python (roughly 100k lines/s per process).
-    See _FileSource for the cursor, epoch and eval semantics.
+    each table with `hash_category`. pyarrow's CSV reader splits the lines (in C++, block by
+    block); the checks and conversions run on whole columns, and only the rare value that is not in
+    canonical form (`+5`, `0x1f`, a hex string longer than 15 digits) goes through Python's `int`,
+    so a file reads as the line-by-line parser `_parse_tsv_line` would read it. A malformed line's
+    message is that parser's, for the line read again. See _FileSource for the cursor, epoch and
+    eval semantics.
     """
 
-    block_rows = 8192
+    block_bytes = 1 << 20  # pyarrow's read block: a few thousand rows
 
     def _parse(self, path: Path) -> Iterator[_Block]:
-        labels: list[int] = []
-        ints: list[list[int]] = []
-        ids: list[list[int]] = []
-        malformed: list[int] = []
-        line_no = 0
-        with _open_text(path) as f:
-            for line_no, line in enumerate(f, 1):
+        invalid: list[int] = []  # line numbers pyarrow found with the wrong number of fields
+
+        def wrong_field_count(row: pa_csv.InvalidRow) -> str:
+            invalid.append(int(row.number) if row.number is not None else -1)
+            return "skip"
+
+        try:
+            reader = self._open_tsv(path, wrong_field_count)
+        except pa.ArrowInvalid as exc:
+            if "Empty CSV file" in str(exc):
+                return  # no rows: the callers say what is missing
+            raise DataError(f"{path}: cannot be read as text ({exc}); {self._fix}") from None
+        last_line = 0
+        for record_batch in self._blocks(path, reader):
+            skipped, invalid[:] = sorted(invalid), []
+            lines = _line_numbers(last_line, record_batch.num_rows, skipped)
+            last_line = int(lines[-1]) if len(lines) else max([last_line, *skipped])
+            columns = [record_batch.column(k) for k in range(_TSV_FIELDS)]
+            labels, counts, ids, bad = _convert_tsv(columns, self.table_sizes)
+            malformed = sorted([*skipped, *(int(n) for n in lines[bad])])
+            if malformed and not self.skip_malformed:
+                raise self._malformed(path, malformed[0], _problem_at(path, malformed[0]))
+            keep = ~bad
+            batch = Batch(
+                torch.from_numpy(np.log1p(np.maximum(counts[keep], 0.0)).astype(np.float32)),
+                torch.from_numpy(ids[keep].reshape(-1, NUM_SPARSE, 1)),
+                torch.from_numpy(labels[keep].astype(np.float32)),
+            )
+            yield _Block(batch, malformed, last_line)
+        if invalid:  # lines past the last block (a file whose last lines are all malformed)
+            skipped = sorted(invalid)
+            if not self.skip_malformed:
+                raise self._malformed(path, skipped[0], _problem_at(path, skipped[0]))
+            yield _Block(empty_batch(NUM_SPARSE, 1), skipped, max(last_line, skipped[-1]))
+
+    def _open_tsv(self, path: Path, on_invalid: Callable[[pa_csv.InvalidRow], str]) -> pa_csv.CSVStreamingReader:
+        """A streaming reader of the file's lines as 40 binary columns (a .gz file decompressed);
+        lines with another number of fields go to `on_invalid`."""
+        return pa_csv.open_csv(
+            str(path),
+            read_options=pa_csv.ReadOptions(column_names=_TSV_COLUMNS, use_threads=False, block_size=self.block_bytes),
+            parse_options=pa_csv.ParseOptions(
+                delimiter="\t", quote_char=False, ignore_empty_lines=False, invalid_row_handler=on_invalid
+            ),
+            convert_options=pa_csv.ConvertOptions(
+                column_types=dict.fromkeys(_TSV_COLUMNS, pa.binary()),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+
+    def _blocks(self, path: Path, reader: pa_csv.CSVStreamingReader) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from reader
+        except pa.ArrowInvalid as exc:  # e.g. a damaged .gz stream
+            raise DataError(f"{path}: cannot be read as text ({exc}); {self._fix}") from None
+
+
+_TSV_COLUMNS = ["label", *(f"I{j}" for j in range(1, NUM_DENSE + 1)), *(f"C{j}" for j in range(1, NUM_SPARSE + 1))]
+_INT = r"^-?[0-9]+$"
+_HEX = r"^[0-9a-fA-F]+$"
+_HEX_DIGITS = np.full(256, 0, dtype=np.uint64)
+for _k, _c in enumerate(b"0123456789abcdef"):
+    _HEX_DIGITS[_c] = _k
+for _k, _c in enumerate(b"ABCDEF", start=10):
+    _HEX_DIGITS[_c] = _k
+_SHORT_HEX = 15  # digits that fit a uint64 with room to spare: converted on whole columns
+
+
+def _line_numbers(after: int, rows: int, skipped: list[int]) -> npt.NDArray[np.int64]:
+    """The file line of each of a block's rows: the lines after `after`, less those skipped."""
+    numbers = np.arange(after + 1, after + 1 + rows + len(skipped), dtype=np.int64)
+    return numbers[~np.isin(numbers, skipped)][:rows] if skipped else numbers[:rows]
+
+
+def _convert_tsv(
+    columns: list[pa.Array], sizes: Sequence[int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], I64, Mask]:
+    """(labels, counts as float64, row ids, rows that are malformed) of one block's columns."""
+    n = len(columns[0])
+    label = columns[0]
+    ones = pc.equal(label, pa.scalar(b"1", pa.binary())).to_numpy(zero_copy_only=False)
+    zeros = pc.equal(label, pa.scalar(b"0", pa.binary())).to_numpy(zero_copy_only=False)
+    bad = ~(ones | zeros)
+    counts = np.zeros((n, NUM_DENSE), dtype=np.float64)
+    for j, col in enumerate(columns[1 : 1 + NUM_DENSE]):
+        canonical = pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False)
+        empty = pc.binary_length(col).to_numpy(zero_copy_only=False) == 0
+        as_text = pc.if_else(
+            pc.array_take(pa.array(canonical), pa.array(np.arange(n))), col, pa.scalar(b"0", pa.binary())
+        )
+        counts[:, j] = pc.cast(pc.cast(as_text, pa.string()), pa.float64()).to_numpy(zero_copy_only=False)
+        for r in np.flatnonzero(~canonical & ~empty):  # rare: let Python's int decide, as the line parser does
+            text = col[int(r)].as_py().decode("utf-8", errors="replace")
+            if _is_int(text):
+                counts[r, j] = float(int(text))
+            else:
+                bad[r] = True
+    ids = np.zeros((n, NUM_SPARSE), dtype=np.int64)
+    for j, (col, size) in enumerate(zip(columns[1 + NUM_DENSE :], sizes, strict=True)):
+        lengths = pc.binary_length(col).to_numpy(zero_copy_only=False)
+        canonical = pc.match_substring_regex(col, _HEX).to_numpy(zero_copy_only=False)
+        short = canonical & (lengths <= _SHORT_HEX)
+        padded = pc.utf8_lpad(pc.cast(pc.if_else(pa.array(short), col, pa.scalar(b"", pa.binary())), pa.string()),
+                              width=_SHORT_HEX, padding="0")  # fmt: skip
+        digits = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[: n * _SHORT_HEX].reshape(n, _SHORT_HEX)
+        values = (_HEX_DIGITS[digits] << (np.arange(_SHORT_HEX - 1, -1, -1, dtype=np.uint64) * 4)).sum(axis=1)
+        ids[:, j] = (values % np.uint64(size)).astype(np.int64)
+        for r in np.flatnonzero(~short & (lengths > 0)):  # long or unusual hex: Python's int, as the line parser
+            text = col[int(r)].as_py().decode("utf-8", errors="replace")
+            if _is_hex(text):
+                ids[r, j] = int(text, 16) % size
+            else:
+                bad[r] = True
+    return ones.astype(np.int64), counts, ids, bad
+
+
+def _problem_at(path: Path, line: int) -> str:
+    """What `_parse_tsv_line` says about the file's `line` (read again: only for the error)."""
+    with _open_text(path) as f:
+        for number, text in enumerate(f, 1):
+            if number == line:
                 try:
-                    label, row_ints, row_ids = _parse_tsv_line(line, self.table_sizes)
-                except _Malformed as e:
-                    if not self.skip_malformed:
-                        raise self._malformed(path, line_no, str(e)) from None
-                    malformed.append(line_no)
-                    continue
-                labels.append(label)
-                ints.append(row_ints)
-                ids.append(row_ids)
-                if len(labels) == self.block_rows:
-                    yield _Block(_rows_to_batch(labels, ints, np.array(ids)), malformed, line_no)
-                    labels, ints, ids, malformed = [], [], [], []
-        if labels or malformed:
-            yield _Block(_rows_to_batch(labels, ints, np.array(ids)), malformed, line_no)
+                    _parse_tsv_line(text, [2] * NUM_SPARSE)
+                except _Malformed as exc:
+                    return str(exc)
+                break
+    return "not a Criteo row"
 
 
 # ----------------------------------------------------------------------------------------------
