@@ -417,6 +417,37 @@ def test_skip_malformed_skips_and_counts_each_line_once(tmp_path: Path) -> None:
     assert source.malformed_lines == 2
 
 
+@pytest.mark.parametrize("skip", [False, True])
+def test_tsv_malformed_lines_across_read_blocks_keep_their_line_numbers(tmp_path: Path, skip: bool) -> None:
+    good = [row(i % 2, ints=[str(i)] * 13) for i in range(40)]
+    lines: list[list[str]] = []
+    bad_at = {7: ["1", "2"], 19: row(3), 20: [""], 33: row(1, cats=["0"] * 25 + ["zz"])}  # 1-based lines
+    it = iter(good)
+    for n in range(1, len(good) + len(bad_at) + 1):
+        lines.append(bad_at.get(n) or next(it))
+    path = write_tsv(tmp_path / "blocks.tsv", lines)
+    source = CriteoTSV(path, SIZES, skip_malformed=skip)
+    source.block_bytes = 700  # a few rows per Arrow block, so bad lines fall in different blocks
+    if not skip:
+        with pytest.raises(DataError, match=r"blocks\.tsv:7: expected 40 tab-separated fields .*found 2"):
+            source.read(0, 10)
+        return
+    assert_same(source.read(0, 40), expected_batch(good))
+    assert source.malformed_lines == 4
+
+
+def test_tsv_bad_bytes_and_crlf(tmp_path: Path) -> None:
+    rows = [row(1), row(0)]
+    crlf = tmp_path / "crlf.tsv"
+    crlf.write_bytes(b"".join("\t".join(r).encode() + b"\r\n" for r in rows))
+    assert_same(CriteoTSV(crlf, SIZES).read(0, 2), expected_batch(rows))
+    raw = tmp_path / "bytes.tsv"
+    bad = "\t".join(row(1, ints=["1", "2", *["0"] * 11])).encode().replace(b"\t2\t", b"\t2\xff\t", 1)
+    raw.write_bytes("\t".join(row(0)).encode() + b"\n" + bad + b"\n")
+    with pytest.raises(DataError, match=r"bytes\.tsv:2: I2 must be an integer or empty, found '2\ufffd'"):
+        CriteoTSV(raw, SIZES).read(0, 2)
+
+
 def test_malformed_parquet_row_names_file_and_row(tmp_path: Path) -> None:
     rows = [row(i % 2) for i in range(9)]
     path = tmp_path / "bad.parquet"
