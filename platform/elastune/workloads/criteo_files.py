@@ -288,7 +288,7 @@ class CriteoTSV(_FileSource):
     clamped to 0) and hex-hashed categoricals (empty = missing = row 0), the latter mapped into
     each table with `hash_category`. pyarrow's CSV reader splits the lines (in C++, block by
     block); the checks and conversions run on whole columns, and only the rare value that is not in
-    canonical form (`+5`, `0x1f`, a hex string longer than 15 digits) goes through Python's `int`,
+    canonical form (`+5`, `0x1f`, a hex string longer than 16 digits) goes through Python's `int`,
     so a file reads as the line-by-line parser `_parse_tsv_line` would read it. A malformed line's
     message is that parser's, for the line read again. See _FileSource for the cursor, epoch and
     eval semantics.
@@ -356,14 +356,13 @@ class CriteoTSV(_FileSource):
 
 
 _TSV_COLUMNS = ["label", *(f"I{j}" for j in range(1, NUM_DENSE + 1)), *(f"C{j}" for j in range(1, NUM_SPARSE + 1))]
-_INT = r"^-?[0-9]+$"
-_HEX = r"^[0-9a-fA-F]+$"
-_HEX_DIGITS = np.full(256, 0, dtype=np.uint64)
+_HEX_WIDTH = 16  # hex digits decoded on whole columns: a uint64
+_NOT_HEX = 255
+_NIBBLE = np.full(256, _NOT_HEX, dtype=np.uint8)  # ASCII byte -> its hex digit's value
 for _k, _c in enumerate(b"0123456789abcdef"):
-    _HEX_DIGITS[_c] = _k
+    _NIBBLE[_c] = _k
 for _k, _c in enumerate(b"ABCDEF", start=10):
-    _HEX_DIGITS[_c] = _k
-_SHORT_HEX = 15  # digits that fit a uint64 with room to spare: converted on whole columns
+    _NIBBLE[_c] = _k
 
 
 def _line_numbers(after: int, rows: int, skipped: list[int]) -> npt.NDArray[np.int64]:
@@ -383,35 +382,62 @@ def _convert_tsv(
     bad = ~(ones | zeros)
     counts = np.zeros((n, NUM_DENSE), dtype=np.float64)
     for j, col in enumerate(columns[1 : 1 + NUM_DENSE]):
-        canonical = pc.match_substring_regex(col, _INT).to_numpy(zero_copy_only=False)
-        empty = pc.binary_length(col).to_numpy(zero_copy_only=False) == 0
-        as_text = pc.if_else(
-            pc.array_take(pa.array(canonical), pa.array(np.arange(n))), col, pa.scalar(b"0", pa.binary())
-        )
-        counts[:, j] = pc.cast(pc.cast(as_text, pa.string()), pa.float64()).to_numpy(zero_copy_only=False)
-        for r in np.flatnonzero(~canonical & ~empty):  # rare: let Python's int decide, as the line parser does
-            text = col[int(r)].as_py().decode("utf-8", errors="replace")
-            if _is_int(text):
-                counts[r, j] = float(int(text))
-            else:
-                bad[r] = True
+        counts[:, j] = _counts(col, bad)
     ids = np.zeros((n, NUM_SPARSE), dtype=np.int64)
     for j, (col, size) in enumerate(zip(columns[1 + NUM_DENSE :], sizes, strict=True)):
-        lengths = pc.binary_length(col).to_numpy(zero_copy_only=False)
-        canonical = pc.match_substring_regex(col, _HEX).to_numpy(zero_copy_only=False)
-        short = canonical & (lengths <= _SHORT_HEX)
-        padded = pc.utf8_lpad(pc.cast(pc.if_else(pa.array(short), col, pa.scalar(b"", pa.binary())), pa.string()),
-                              width=_SHORT_HEX, padding="0")  # fmt: skip
-        digits = np.frombuffer(padded.buffers()[2], dtype=np.uint8)[: n * _SHORT_HEX].reshape(n, _SHORT_HEX)
-        values = (_HEX_DIGITS[digits] << (np.arange(_SHORT_HEX - 1, -1, -1, dtype=np.uint64) * 4)).sum(axis=1)
-        ids[:, j] = (values % np.uint64(size)).astype(np.int64)
-        for r in np.flatnonzero(~short & (lengths > 0)):  # long or unusual hex: Python's int, as the line parser
-            text = col[int(r)].as_py().decode("utf-8", errors="replace")
-            if _is_hex(text):
-                ids[r, j] = int(text, 16) % size
-            else:
-                bad[r] = True
+        ids[:, j] = _row_ids(col, size, bad)
     return ones.astype(np.int64), counts, ids, bad
+
+
+def _counts(col: pa.Array, bad: Mask) -> npt.NDArray[np.float64]:
+    """An integer column as float64 (empty: 0). Arrow parses a column of plain integers at once;
+    a column with anything else (`+5`, ` 7`, a count past int64, a bad byte) is read value by value
+    with Python's `int`, as the line parser reads it, marking in `bad` the rows it refuses."""
+    filled = pc.if_else(pc.equal(pc.binary_length(col), 0), pa.scalar(b"0", pa.binary()), col)
+    try:
+        values: npt.NDArray[np.float64] = (
+            pc.cast(pc.cast(filled, pa.string()), pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+        )
+        return values
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    out = np.zeros(len(col), dtype=np.float64)
+    for r, raw in enumerate(col.to_pylist()):
+        text = raw.decode("utf-8", errors="replace")
+        if _is_int(text):
+            out[r] = float(int(text)) if text else 0.0
+        else:
+            bad[r] = True
+    return out
+
+
+def _row_ids(col: pa.Array, size: int, bad: Mask) -> I64:
+    """A hex categorical column as row ids `int(value, 16) % size` (empty: 0). Values of up to 16
+    hex digits are decoded on the whole column (packed into big-endian uint64s); any other value
+    goes through Python's `int`, as the line parser reads it, marking in `bad` the rows it refuses."""
+    n = len(col)
+    offsets = np.frombuffer(col.buffers()[1], dtype=np.int32)[col.offset : col.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(col.buffers()[2], dtype=np.uint8) if col.buffers()[2] is not None else np.zeros(1, np.uint8)
+    lengths = np.diff(offsets)
+    short = lengths <= _HEX_WIDTH
+    # Each value right-aligned in _HEX_WIDTH bytes, '0' on its left: the digits of a 64-bit number.
+    column = np.arange(_HEX_WIDTH)
+    present = (column[None, :] >= _HEX_WIDTH - lengths[:, None]) & short[:, None]
+    where = offsets[:-1, None] + lengths[:, None] - _HEX_WIDTH + column[None, :]
+    digits = np.full((n, _HEX_WIDTH), ord("0"), dtype=np.uint8)
+    digits[present] = data[where[present]]
+    nibbles = _NIBBLE[digits]
+    fast = short & (nibbles != _NOT_HEX).all(axis=1)
+    packed = np.ascontiguousarray((nibbles[:, 0::2] << 4) | nibbles[:, 1::2])
+    values = packed.view(">u8").reshape(n).astype(np.uint64)
+    ids = (values % np.uint64(size)).astype(np.int64)
+    for r in np.flatnonzero(~fast):  # long, odd (`0x1f`, ` a`) or not hex: Python's int decides
+        text = col[int(r)].as_py().decode("utf-8", errors="replace")
+        if _is_hex(text):
+            ids[r] = int(text, 16) % size if text else 0
+        else:
+            bad[r] = True
+    return ids
 
 
 def _problem_at(path: Path, line: int) -> str:
