@@ -11,17 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["EmbeddingConfig", "RunConfig", "__version__", "swap_embeddings"]
+__all__ = ["EmbeddingConfig", "RunConfig", "TableSpec", "Workload", "__version__", "build_tables", "swap_embeddings"]
 
 _LAZY = {
     "EmbeddingConfig": "elastune.config",
     "RunConfig": "elastune.config",
     "swap_embeddings": "elastune.embeddings.swap",
+    "TableSpec": "elastune.embeddings.tables",
+    "build_tables": "elastune.embeddings.tables",
+    "Workload": "elastune.workloads.base",
 }
 
 if TYPE_CHECKING:
     from elastune.config import EmbeddingConfig, RunConfig
     from elastune.embeddings.swap import swap_embeddings
+    from elastune.embeddings.tables import TableSpec, build_tables
+    from elastune.workloads.base import Workload
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from elastune.config import RunConfig
-from elastune.embeddings import build_embedding
+from elastune.embeddings.tables import TableSpec, build_tables
 from elastune.workloads.criteo_files import CriteoParquet, CriteoTSV
 from elastune.workloads.data import (
     NUM_DENSE,
@@ -57,7 +57,8 @@ class DLRMWorkload:
 
     def build_model(self) -> nn.Module:
         m = self.cfg.model
-        emb = build_embedding(self.table_sizes, m.embedding_dim, self.cfg.embedding, self.cfg.optimizer.sparse)
+        tables = [TableSpec(f"C{i + 1}", rows, m.embedding_dim) for i, rows in enumerate(self.table_sizes)]
+        emb = build_tables(tables, self.cfg.embedding, self.cfg.optimizer.sparse)
         return DLRM(NUM_DENSE, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
 
     def data_source(self) -> DataSource:
