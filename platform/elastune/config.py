@@ -12,6 +12,7 @@ config: the first thing such code does is `RunConfig.model_validate(d)`.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -25,14 +26,17 @@ from elastune.dotted import set_path
 from elastune.errors import MISSING, ConfigError, Problem
 
 __all__ = [
+    "PER_TABLE_FIELDS",
     "BatchConfig",
     "CheckpointConfig",
     "DataConfig",
     "EmbeddingConfig",
+    "EmbeddingOverride",
     "EvalConfig",
     "ModelConfig",
     "OptimizerConfig",
     "RunConfig",
+    "TableMatch",
     "apply_overrides",
     "elastune_home",
     "parse_overrides",
@@ -132,6 +136,42 @@ Strategy = Literal["full", "half", "int8", "hashed", "qr", "mixed_dim", "shared"
 SparseOptimizer = Literal["adam", "sgd", "adagrad", "rowwise_adagrad"]
 
 
+class TableMatch(_Section):
+    """Which tables an embedding override applies to: a name glob, a size floor, or both."""
+
+    name: str | None = Field(None, min_length=1, max_length=200, description="fnmatch glob over table names, e.g. C*")
+    min_rows: int | None = Field(None, ge=1, le=MAX_ROWS, description="tables with at least this many rows")
+
+    @model_validator(mode="after")
+    def _says_something(self) -> TableMatch:
+        if self.name is None and self.min_rows is None:
+            raise ValueError("give match.name (a glob over table names) or match.min_rows (a size floor), or both")
+        return self
+
+    def matches(self, table: str, rows: int) -> bool:
+        return (self.name is None or fnmatch.fnmatchcase(table, self.name)) and (
+            self.min_rows is None or rows >= self.min_rows
+        )
+
+
+# Fields a per-table override may set: how one table is stored, not what all tables share.
+PER_TABLE_FIELDS = frozenset(
+    {"strategy", "dtype", "buckets", "compression", "num_hashes", "qr_combine", "mixed_blocks", "mixed_min_dim"}
+    | {"cache_rows", "cache_ratio"}
+)
+
+
+class EmbeddingOverride(BaseModel):
+    """`{match: {...}, strategy: int8, ...}`: the embedding fields to use for the tables it matches."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    match: TableMatch
+
+    def fields(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class EmbeddingConfig(_Section):
     """How the sparse features' tables are stored and looked up (embeddings/)."""
 
@@ -168,13 +208,46 @@ class EmbeddingConfig(_Section):
         "pip install 'elastune[fbgemm]'; strategies full and half (fp16), optimizers sgd, adagrad, rowwise_adagrad).",
     )
 
+    overrides: list[EmbeddingOverride] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Per-table storage, applied in order to the tables each matches: "
+        "[{match: {name: GLOB} or {min_rows: N}, strategy: int8, <any per-table embedding field>}, ...].",
+    )
+
     @model_validator(mode="after")
     def _one_size_knob(self) -> EmbeddingConfig:
         if self.buckets is not None and self.compression is not None:
             raise ValueError("set embedding.buckets or embedding.compression, not both")
         if self.cache_rows is not None and self.cache_ratio is not None:
             raise ValueError("set embedding.cache_rows or embedding.cache_ratio, not both")
+        for i, override in enumerate(self.overrides):
+            unknown = sorted(set(override.fields()) - PER_TABLE_FIELDS)
+            if unknown:
+                raise ValueError(
+                    f"embedding.overrides[{i}] sets {', '.join(unknown)}, which a table cannot have on its own; "
+                    f"an override may set {', '.join(sorted(PER_TABLE_FIELDS))}"
+                )
+            try:
+                self._merged([override])
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"])
+                raise ValueError(f"embedding.overrides[{i}].{where}: {first['msg']}") from None
         return self
+
+    def for_table(self, name: str, rows: int) -> EmbeddingConfig:
+        """The embedding config of one table: this one with every override that matches it applied,
+        in order (a later override wins a field both set)."""
+        return self._merged([o for o in self.overrides if o.match.matches(name, rows)])
+
+    def _merged(self, overrides: list[EmbeddingOverride]) -> EmbeddingConfig:
+        if not overrides:
+            return self if not self.overrides else self.model_copy(update={"overrides": []})
+        merged = self.model_dump(exclude={"overrides"})
+        for override in overrides:
+            merged.update(override.fields())
+        return EmbeddingConfig.model_validate(merged)
 
 
 class OptimizerConfig(_Section):
@@ -307,14 +380,29 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
 
 
 def apply_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge `overrides` into a copy of `base` (dicts merge, anything else replaces)."""
+    """Deep-merge `overrides` into a copy of `base` (dicts merge, anything else replaces). A list
+    is addressed by index (`embedding.overrides.0.strategy`): keys that are indices of the list
+    merge into its items; any other key replaces the list."""
     merged: dict[str, Any] = dict(base)
     for key, value in overrides.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = apply_overrides(merged[key], value)
+        current = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            merged[key] = apply_overrides(current, value)
+        elif isinstance(value, Mapping) and isinstance(current, list) and _indices_of(value, current):
+            items = list(current)
+            for index, item in value.items():
+                old = items[int(index)]
+                items[int(index)] = (
+                    apply_overrides(old, item) if isinstance(old, Mapping) and isinstance(item, Mapping) else item
+                )
+            merged[key] = items
         else:
             merged[key] = value
     return merged
+
+
+def _indices_of(keys: Mapping[str, Any], items: list[Any]) -> bool:
+    return all(isinstance(k, str) and k.isdigit() and int(k) < len(items) for k in keys)
 
 
 class _YamlLoader(yaml.SafeLoader):

@@ -75,6 +75,7 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
             validate_groups(emb.groups, len(tables))
         except ValueError as exc:
             problems.append(Problem("embedding.groups", emb.groups, str(exc)))
+    problems += _override_problems(cfg)
     # Whole-run rules: their messages name every field involved.
     if get_strategy(emb.strategy).self_updating and cfg.optimizer.sparse not in ROW_OPTIMIZERS:
         problems.append(
@@ -100,6 +101,39 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
                 f"{given}; set it to at most {total}, or use embedding.cache_ratio (a share of the rows)",
             )
         )
+    return problems
+
+
+def _override_problems(cfg: RunConfig) -> list[Problem]:
+    """Each per-table override's strategy: built here, and given the optimizer it needs."""
+    emb = cfg.embedding
+    problems = []
+    if emb.overrides and emb.backend == "fbgemm":
+        problems.append(
+            Problem(
+                "embedding.overrides",
+                f"{len(emb.overrides)} override(s)",
+                "the fbgemm backend builds all tables as one kernel; drop the overrides or use embedding.backend=torch",
+            )
+        )
+    for i, override in enumerate(emb.overrides):
+        strategy = override.fields().get("strategy")
+        if strategy is None:
+            continue
+        where = f"embedding.overrides[{i}].strategy"
+        if strategy not in strategies():
+            problems.append(
+                Problem(where, strategy, f"not available in this build; available: {', '.join(strategies())}")
+            )
+        elif get_strategy(strategy).self_updating and cfg.optimizer.sparse not in ROW_OPTIMIZERS:
+            problems.append(
+                Problem(
+                    where,
+                    strategy,
+                    f"updates its own rows and needs a row-wise sparse optimizer, not optimizer.sparse="
+                    f"{cfg.optimizer.sparse}; set optimizer.sparse to sgd, adagrad or rowwise_adagrad",
+                )
+            )
     return problems
 
 

@@ -73,19 +73,17 @@ def train(
 
 def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = Format.table) -> None:
     """Predict a config's peak memory without running it (fake-tensor trace + overhead model)."""
-    from elastune.embeddings import spec_for
     from elastune.memory.estimate import estimate as run_estimate
     from elastune.training.precision import resolve_device
     from elastune.workloads import build_workload
 
     cfg = load_run_config(config, set_ or [])
     est = run_estimate(cfg, resolve_device(cfg.device))
-    tables = build_workload(cfg).table_sizes
-    # The tables' own bytes, by the strategy's formula (exact: rows x dim x bytes per value, plus
-    # any per-row metadata); the parameters part of the breakdown adds the MLPs.
-    table_bytes = spec_for(cfg.embedding).state_bytes(
-        tables, cfg.model.embedding_dim, cfg.embedding, cfg.optimizer.sparse
-    )
+    workload = build_workload(cfg)
+    tables = workload.table_sizes
+    # The tables' own bytes, by their strategies' formulas (exact: rows x dim x bytes per value,
+    # plus any per-row metadata); the parameters part of the breakdown adds the MLPs.
+    table_bytes = _table_bytes(cfg, getattr(workload, "tables", None), tables)
     if format is Format.json:
         payload = {
             "estimated_peak_bytes": est.peak_bytes,
@@ -105,10 +103,26 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     for part, size in est.breakdown.items():
         table.add_row(part, f"{size:,}", human_bytes(size))
         if part == "parameters":
-            label = f"  of which {len(tables)} table{'s' if len(tables) > 1 else ''} ({cfg.embedding.strategy})"
+            kind = cfg.embedding.strategy + (" + overrides" if cfg.embedding.overrides else "")
+            label = f"  of which {len(tables)} table{'s' if len(tables) > 1 else ''} ({kind})"
             table.add_row(label, f"{table_bytes:,}", human_bytes(table_bytes))
     table.add_row("[bold]peak[/]", f"[bold]{est.peak_bytes:,}[/]", f"[bold]{human_bytes(est.peak_bytes)}[/]")
     out.print(table)
+
+
+def _table_bytes(cfg: RunConfig, specs: Any, sizes: tuple[int, ...]) -> int:
+    """The tables' state bytes; per table when the workload names its tables (overrides match names)."""
+    from elastune.embeddings import spec_for
+
+    emb, opt = cfg.embedding, cfg.optimizer.sparse
+    if not specs:
+        return spec_for(emb).state_bytes(sizes, cfg.model.embedding_dim, emb, opt)
+    groups: dict[str, tuple[Any, list[int], int]] = {}  # priced as built: tables of one config together
+    for spec in specs:
+        table_cfg = emb.for_table(spec.name, spec.rows)
+        _, rows, _ = groups.setdefault(f"{spec.dim}/{table_cfg.model_dump_json()}", (table_cfg, [], spec.dim))
+        rows.append(spec.rows)
+    return sum(spec_for(c).state_bytes(rows, dim, c, opt) for c, rows, dim in groups.values())
 
 
 def _untrusted_overrides(config: Path | None, sets: list[str], from_sweep: str | None) -> list[str]:

@@ -7,9 +7,10 @@ every strategy, the row-wise optimizers and the estimator without knowing any of
 Two shapes come out:
 - one feature per table, every table as wide: one strategy module over all of them (a single
   table-batched lookup: ids [B, F, P] -> [B, F, dim]), what the built-in DLRM uses;
-- otherwise (tables shared by several features, or of different widths): `TableSet`, one
-  strategy module per table, looked up per feature (ids [B, F, P] -> [B, F, dim] when the widths
-  agree, else a dict of feature -> [B, dim]).
+- otherwise (tables shared by several features, of different widths, or stored differently
+  through `embedding.overrides`): `TableSet`, one strategy module per group of tables that share a
+  config and a width, looked up per feature (ids [B, F, P] -> [B, F, dim] when the widths agree,
+  else a dict of feature -> [B, dim]).
 """
 
 from __future__ import annotations
@@ -49,43 +50,65 @@ class TableSpec:
 
 
 def build_tables(tables: Sequence[TableSpec], cfg: EmbeddingConfig, sparse_optimizer: str = "adam") -> nn.Module:
-    """The tables as modules of `cfg.strategy` (see the module docstring for the two shapes).
-    Features are in table order; a feature named twice is an error."""
+    """The tables as modules of the run's strategy, each table with `cfg.overrides` applied to it
+    (see the module docstring for the two shapes). Features are in table order; a feature named
+    twice is an error."""
     if not tables:
         raise ValueError("a workload needs at least one table")
     features = [f for t in tables for f in t.looked_up_by]
     repeated = sorted({f for f in features if features.count(f) > 1})
     if repeated:
         raise ValueError(f"features looked up by more than one table: {', '.join(repeated)}")
+    configs = [cfg.for_table(t.name, t.rows) for t in tables]
     dims = {t.dim for t in tables}
-    if all(not t.features or t.features == (t.name,) for t in tables) and len(dims) == 1:
-        return build_embedding([t.rows for t in tables], dims.pop(), cfg, sparse_optimizer)
-    return TableSet(tables, cfg, sparse_optimizer)
+    one_each = all(not t.features or t.features == (t.name,) for t in tables)
+    if one_each and len(dims) == 1 and len({c.model_dump_json() for c in configs}) == 1:
+        return build_embedding([t.rows for t in tables], dims.pop(), configs[0], sparse_optimizer)
+    return TableSet(tables, configs, sparse_optimizer)
 
 
 class TableSet(nn.Module):
-    """One strategy module per table, each feature looked up in its own table."""
+    """Tables that cannot be one module: one module per group of one-feature tables that share a
+    config and a width (a table-batched lookup each), and one per table read by several features."""
 
-    def __init__(self, tables: Sequence[TableSpec], cfg: EmbeddingConfig, sparse_optimizer: str) -> None:
+    def __init__(self, tables: Sequence[TableSpec], configs: Sequence[EmbeddingConfig], sparse_optimizer: str) -> None:
         super().__init__()
         self.specs = tuple(tables)
-        # A list in table order, not a dict: table names are the user's (`items` would shadow a method).
-        self.tables = nn.ModuleList([build_embedding([t.rows], t.dim, cfg, sparse_optimizer) for t in tables])
         self.features = [f for t in tables for f in t.looked_up_by]
         self.table_sizes = tuple(t.rows for t in tables for _ in t.looked_up_by)  # per feature, as ids arrive
+        self.dims = {f: t.dim for t in tables for f in t.looked_up_by}
+        column = {f: i for i, f in enumerate(self.features)}
+        units: dict[str, list[int]] = {}  # one-feature tables by (config, width): a table-batched module each
+        shared: list[int] = []
+        for i, (t, c) in enumerate(zip(tables, configs, strict=True)):
+            if len(t.looked_up_by) > 1:
+                shared.append(i)
+            else:
+                units.setdefault(f"{t.dim}/{c.model_dump_json()}", []).append(i)
+        modules: list[nn.Module] = []
+        self._reads: list[tuple[list[int], list[str], bool, int]] = []  # columns, features, shared, width
+        for members in units.values():
+            spec = [tables[i] for i in members]
+            modules.append(build_embedding([t.rows for t in spec], spec[0].dim, configs[members[0]], sparse_optimizer))
+            names = [t.looked_up_by[0] for t in spec]
+            self._reads.append(([column[f] for f in names], names, False, spec[0].dim))
+        for i in shared:
+            t = tables[i]
+            modules.append(build_embedding([t.rows], t.dim, configs[i], sparse_optimizer))
+            self._reads.append(([column[f] for f in t.looked_up_by], list(t.looked_up_by), True, t.dim))
+        # A list, not a dict keyed by table name: names are the user's (`items` would shadow a method).
+        self.tables = nn.ModuleList(modules)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """ids [B, F, P], one column per feature in `features` order."""
         outputs: dict[str, torch.Tensor] = {}
-        column = 0
-        for spec, module in zip(self.specs, self.tables, strict=True):
-            k = len(spec.looked_up_by)
-            # One table for all its features: their ids are stacked into the batch, one lookup.
-            pooled = _lookup(module, spec.dim, ids[:, column : column + k, :])  # [B, k, dim]
-            for j, feature in enumerate(spec.looked_up_by):
+        for module, (columns, names, is_shared, dim) in zip(self.tables, self._reads, strict=True):
+            part = ids[:, columns, :]
+            # A shared table: its features' ids stacked into the batch, one lookup of one table.
+            pooled = _lookup(module, dim, part) if is_shared else module(part)  # [B, k, dim]
+            for j, feature in enumerate(names):
                 outputs[feature] = pooled[:, j, :]
-            column += k
-        if len({s.dim for s in self.specs}) == 1:
+        if len(set(self.dims.values())) == 1:
             return torch.stack([outputs[f] for f in self.features], dim=1)
         return outputs
 

@@ -32,7 +32,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
+from elastune.config import (
+    PER_TABLE_FIELDS,
+    RunConfig,
+    TableMatch,
+    apply_overrides,
+    parse_overrides,
+    problems_from_validation,
+    read_yaml_mapping,
+)
 from elastune.dotted import nest
 from elastune.errors import MISSING, ConfigError, Problem
 from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points
@@ -309,10 +317,26 @@ def _base_problems(spec: SweepSpec) -> list[Problem]:
     return [Problem(f"base.{p.path}", p.value, p.message) for p in problems]
 
 
+def _unknown_override_field(parts: list[str]) -> str | None:
+    """`embedding.overrides.N.FIELD` or `embedding.overrides.N.match.name|min_rows` (the list must
+    have item N in the base: checked when the config is built)."""
+    if len(parts) >= 2 and parts[0].isdigit():
+        if len(parts) == 2 and parts[1] in PER_TABLE_FIELDS:
+            return None
+        if len(parts) == 3 and parts[1] == "match" and parts[2] in TableMatch.model_fields:
+            return None
+    return (
+        "an override is addressed as embedding.overrides.N.FIELD (FIELD one of "
+        f"{', '.join(sorted(PER_TABLE_FIELDS))}) or embedding.overrides.N.match.name / .min_rows"
+    )
+
+
 def _unknown_field(dotted: str) -> str | None:
     """None when `dotted` names a RunConfig field, else the message (with a 'did you mean')."""
     model: Any = RunConfig
     parts = dotted.split(".")
+    if parts[:2] == ["embedding", "overrides"]:
+        return _unknown_override_field(parts[2:])
     for depth, part in enumerate(parts):
         fields = model.model_fields
         if part not in fields:

@@ -55,10 +55,18 @@ class DLRMWorkload:
         self.cfg = cfg
         self.table_sizes = tables_of(cfg.data)
 
+    @property
+    def tables(self) -> list[TableSpec]:
+        """One table per categorical column, named as the Criteo columns (C1..C26; T1.. for
+        `data.table_rows`): what `embedding.overrides` match by name."""
+        prefix = "T" if self.cfg.data.table_rows else "C"
+        return [
+            TableSpec(f"{prefix}{i + 1}", rows, self.cfg.model.embedding_dim) for i, rows in enumerate(self.table_sizes)
+        ]
+
     def build_model(self) -> nn.Module:
         m = self.cfg.model
-        tables = [TableSpec(f"C{i + 1}", rows, m.embedding_dim) for i, rows in enumerate(self.table_sizes)]
-        emb = build_tables(tables, self.cfg.embedding, self.cfg.optimizer.sparse)
+        emb = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
         return DLRM(NUM_DENSE, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
 
     def data_source(self) -> DataSource:
