@@ -1,0 +1,125 @@
+"""Per-table strategies (`embedding.overrides`) against one strategy for every table, on a skewed
+set of tables (one large table, a few mid-sized ones, many small ones), at one memory ceiling.
+
+Each plan trains in a fresh `elastune train` process (rowwise_adagrad, the same steps, seed and
+data); its measured peak decides whether it fits the ceiling, and the fastest plan that fits and
+stays within the quality tolerance of `full`'s eval log loss wins. The ceilings are shares of
+`full`'s measured peak (0.8 and 0.5 by default), so `full` itself does not fit and a plan must
+save memory; the tighter one is where a single strategy runs out of choices.
+
+    python bench/overrides.py                  # all plans, writes a record (bench/records/)
+    python bench/overrides.py --ceiling-share 0.7 0.45 --steps 300
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from embeddings import train
+from record import Figure, write_record
+
+TABLES = [2_000_000, 300_000, 40_000, 40_000, 5_000, 5_000, 800, 800, 100, 100, 50, 50]
+BASE = [
+    f"data.table_rows=[{', '.join(str(r) for r in TABLES)}]",
+    "model.embedding_dim=32",
+    "optimizer.sparse=rowwise_adagrad",
+    "eval.samples=16384",
+]
+BIG = 100_000  # rows from which a table counts as large
+
+
+def _override(strategy: str, *extra: str) -> str:
+    fields = ", ".join([f"strategy: {strategy}", *extra])
+    return f"embedding.overrides=[{{match: {{min_rows: {BIG}}}, {fields}}}]"
+
+
+PLANS: list[tuple[str, str, list[str]]] = [  # (label, kind, overrides)
+    ("full", "single", []),
+    ("half (fp16)", "single", ["embedding.strategy=half"]),
+    ("int8", "single", ["embedding.strategy=int8"]),
+    ("hashed (4x)", "single", ["embedding.strategy=hashed", "embedding.compression=4"]),
+    ("large int8, rest full", "per-table", [_override("int8")]),
+    ("large half, rest full", "per-table", [_override("half")]),
+    ("large hashed (4x), rest full", "per-table", [_override("hashed", "compression: 4")]),
+    ("large int8, rest half", "per-table", ["embedding.strategy=half", _override("int8")]),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument(
+        "--ceiling-share",
+        type=float,
+        nargs="+",
+        default=[0.8, 0.5],
+        help="ceilings, each this x full's measured peak (the plans train once; each ceiling picks its winners)",
+    )
+    parser.add_argument("--tolerance", type=float, default=0.02, help="eval log loss allowed over full's")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    runs = []
+    for label, kind, overrides in PLANS:
+        result = train([*BASE, *overrides], args.steps, args.device)
+        runs.append({"label": label, "kind": kind, **result})
+        print(
+            f"{label:32} {result['samples_per_s']:>9,.0f} samples/s  peak {result['peak_memory_bytes'] / 2**20:7.1f} "
+            f"MiB  log loss {result['val_logloss']:.4f}",
+            flush=True,
+        )
+    full = runs[0]
+    allowed = full["val_logloss"] * (1 + args.tolerance)
+    figures = []
+    ceilings = {share: share * full["peak_memory_bytes"] for share in args.ceiling_share}
+    for share, ceiling in ceilings.items():
+        fits = [r for r in runs if r["peak_memory_bytes"] <= ceiling and r["val_logloss"] <= allowed]
+        best = {
+            kind: max((r for r in fits if r["kind"] == kind), key=lambda r: r["samples_per_s"], default=None)
+            for kind in ("single", "per-table")
+        }
+        at = f"ceiling {share:g} x full's peak ({ceiling / 2**20:.0f} MiB)"
+        for kind, run in best.items():
+            note = (
+                "none fits"
+                if run is None
+                else f"{run['label']}: peak {run['peak_memory_bytes'] / 2**20:.1f} MiB, "
+                f"log loss {run['val_logloss']:.4f}"
+            )
+            value = round(run["samples_per_s"]) if run else None
+            figures.append(Figure(f"{at}: best {kind} plan", value, "samples/s", note=note))
+        single, per_table = best["single"], best["per-table"]
+        if single and per_table:
+            ratio = per_table["samples_per_s"] / single["samples_per_s"]
+            figures.append(Figure(f"{at}: per-table vs single", round(ratio, 2), "x", note="same run"))
+    print("\n".join(f"{f.name}: {f.value} ({f.note})" for f in figures))
+    write_record(
+        "overrides-cpu" if args.device == "cpu" else "overrides-cuda",
+        "Per-table strategies vs one strategy for all tables, at one ceiling",
+        figures,
+        settings={
+            "tables": TABLES,
+            "steps": args.steps,
+            "ceilings_bytes": {str(k): round(v) for k, v in ceilings.items()},
+            "tolerance": args.tolerance,
+        },
+        device=args.device,
+        table={
+            "columns": ["plan", "kind", "samples/s", "peak MiB", "eval log loss", "within tolerance", "AUC"],
+            "rows": [
+                [
+                    r["label"],
+                    r["kind"],
+                    round(r["samples_per_s"]),
+                    round(r["peak_memory_bytes"] / 2**20, 1),
+                    round(r["val_logloss"], 4),
+                    r["val_logloss"] <= allowed,
+                    round(r["val_auc"], 4),
+                ]
+                for r in runs
+            ],
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
