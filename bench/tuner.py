@@ -139,7 +139,8 @@ def run_point(spec: Any, params: dict[str, Any], name: str | None = None) -> dic
     if result is None:
         row.update(status="failed", error=error)
     else:
-        row.update(status="ok", **{k: result.get(k) for k in FIELDS})
+        # `train --format json` gives each eval metric as val_NAME: the baseline is val_baseline_logloss
+        row.update(status="ok", **{k: result.get(k, result.get(f"val_{k}")) for k in FIELDS})
     return row
 
 

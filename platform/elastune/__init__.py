@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["EmbeddingConfig", "RunConfig", "TableSpec", "Workload", "__version__", "build_tables", "swap_embeddings"]
+__all__ = [
+    "EmbeddingConfig",
+    "QualityMetric",
+    "RunConfig",
+    "TableSpec",
+    "Workload",
+    "__version__",
+    "build_tables",
+    "swap_embeddings",
+]
 
 _LAZY = {
     "EmbeddingConfig": "elastune.config",
@@ -20,6 +29,7 @@ _LAZY = {
     "TableSpec": "elastune.embeddings.tables",
     "build_tables": "elastune.embeddings.tables",
     "Workload": "elastune.workloads.base",
+    "QualityMetric": "elastune.workloads.quality",
 }
 
 if TYPE_CHECKING:
@@ -27,6 +37,7 @@ if TYPE_CHECKING:
     from elastune.embeddings.swap import swap_embeddings
     from elastune.embeddings.tables import TableSpec, build_tables
     from elastune.workloads.base import Workload
+    from elastune.workloads.quality import QualityMetric
 
 
 def __getattr__(name: str) -> Any:

@@ -92,5 +92,6 @@ def test_default_train_learns(tmp_path: Path) -> None:
     r = json.loads(done.stdout)
     assert r["steps"] == 300 and r["config"] == load_run_config(None, []).to_dict()
     assert r["val_auc"] >= 0.70
-    assert r["val_logloss"] < 0.9 * r["baseline_logloss"]
+    assert r["val_logloss"] < 0.9 * r["val_baseline_logloss"]
+    assert r["quality_metric"] == "logloss" and r["quality"] == r["val_logloss"] == r["metrics"]["logloss"]
     assert "step   300/300" in done.stderr  # the progress line

@@ -61,6 +61,8 @@ def make_sweep(sweep_id: str, started_at: float = 1_700_000_000.125, n_ok: int =
                 peak_memory_kind="cpu_rss_hwm",
                 val_logloss=0.5 + number / 3,
                 val_auc=0.7,
+                quality=0.5 + number / 3,
+                metrics={"logloss": 0.5 + number / 3, "auc": 0.7, "baseline_logloss": 0.69},
                 steps=6,
                 quality_ok=number != 2,
                 node="127.0.0.1",
@@ -91,7 +93,7 @@ def make_sweep(sweep_id: str, started_at: float = 1_700_000_000.125, n_ok: int =
         status="finished",
         memory_ceiling_bytes=1024**3,
         quality_tolerance=0.02,
-        reference_logloss=0.61,
+        reference_quality=0.61,
         reference_samples_per_s=400.0,
         started_at=started_at,
         ended_at=started_at + 123.456,
@@ -163,6 +165,8 @@ def test_round_trip_every_status(uri: str, tracker: SweepTracker) -> None:
     assert set(ok.data.metrics) == {"samples_per_s", "peak_memory_bytes", "estimated_peak_bytes"} | {
         "val_logloss",
         "val_auc",
+        "val_baseline_logloss",
+        "quality",
         "oom_retries",
     }
     infeasible = by_trial["screened-0"]

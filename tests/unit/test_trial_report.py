@@ -7,22 +7,38 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from elastune.tracking.records import SweepRecord
 from elastune.tuning.report import TrialReport, constraint_values, final_report, oom_report, progress_report
+from elastune.workloads.quality import LOGLOSS, QualityMetric
 
-LIMITS = {"ceiling": 1000, "tolerance": 0.02, "reference_logloss": 0.5, "report_every": 1, "estimate": 900}
+LIMITS = {"ceiling": 1000, "tolerance": 0.02, "reference_quality": 0.5, "report_every": 1, "estimate": 900}
 
 
 def result(peak: int = 800, logloss: float = 0.505) -> SimpleNamespace:
+    metrics = {"logloss": logloss, "auc": 0.7, "baseline_logloss": 0.69}
     return SimpleNamespace(
         samples=4096,
         steps=8,
         samples_per_s=1234.5,
         peak_memory_bytes=peak,
         peak_memory_kind="cpu_rss_hwm",
+        metrics=metrics,
+        quality_metric="logloss",
+        quality_direction="min",
+        quality=logloss,
         val_logloss=logloss,
         val_auc=0.7,
         oom_retries=1,
     )
+
+
+def ranked_result(recall: float) -> SimpleNamespace:
+    """A workload that declares a higher-is-better quality metric."""
+    return SimpleNamespace(
+        samples=4096, steps=8, samples_per_s=1.0, peak_memory_bytes=800, peak_memory_kind="cpu_rss_hwm",
+        metrics={"recall": recall}, quality_metric="recall", quality_direction="max", quality=recall,
+        val_logloss=None, val_auc=None, oom_retries=0,
+    )  # fmt: skip
 
 
 def test_a_final_report_reads_back_as_itself_among_tunes_own_keys() -> None:
@@ -80,7 +96,7 @@ def test_the_last_report_decides_the_records_status(last: TrialReport, status: s
 )
 def test_a_replayed_trial_is_recorded_and_told_as_before(last: TrialReport) -> None:
     recorded = last.to_record("t1", 3, {"batch.micro": 8}, {"steps": 8})
-    again = TrialReport.replay(recorded, LIMITS["ceiling"], LIMITS["tolerance"], LIMITS["reference_logloss"])
+    again = TrialReport.replay(recorded, LIMITS["ceiling"], LIMITS["tolerance"], LIMITS["reference_quality"])
     assert again.to_record("t1", 3, {"batch.micro": 8}, {"steps": 8}) == recorded
     # the searcher hears the same constraint values and metric; ASHA the same clock for a trial that
     # ended (a record keeps no clock: a pruned one is replayed just short of the end, at 99)
@@ -95,8 +111,48 @@ def test_a_report_with_a_wrong_type_is_refused() -> None:
 
 
 def test_constraint_values_without_a_reference_leave_quality_open() -> None:
-    assert constraint_values(500, 0.7, 1000, 0.02, None) == (-0.5, 0.0, None)
-    assert constraint_values(500, 0.7, None, None, None) == (0.0, 0.0, None)
+    assert constraint_values(500, 0.7, LOGLOSS, 1000, 0.02, None) == (-0.5, 0.0, None)
+    assert constraint_values(500, 0.7, LOGLOSS, None, None, None) == (0.0, 0.0, None)
+
+
+@pytest.mark.parametrize(
+    ("metric", "value", "reference", "ok"),
+    [
+        (LOGLOSS, 0.509, 0.5, True),  # 1.8% worse: within 2%
+        (LOGLOSS, 0.511, 0.5, False),
+        (QualityMetric("recall", "max"), 0.791, 0.8, True),  # 1.1% lower: within 2%
+        (QualityMetric("recall", "max"), 0.783, 0.8, False),
+        (QualityMetric("recall", "max"), 0.95, 0.8, True),  # better is always fine
+        (QualityMetric("loglik", "max"), -1.01, -1.0, True),  # a negative metric: 2% of |ref|
+        (QualityMetric("loglik", "max"), -1.03, -1.0, False),
+        (LOGLOSS, float("nan"), 0.5, False),  # a diverged model
+    ],
+)
+def test_the_tolerance_follows_the_metrics_direction(
+    metric: QualityMetric, value: float, reference: float, ok: bool
+) -> None:
+    _, over, held = constraint_values(500, value, metric, 1000, 0.02, reference)
+    assert held is ok
+    assert (over <= 0) is ok  # the searcher's constraint agrees with the verdict
+
+
+def test_a_higher_is_better_metric_decides_quality_and_reads_back_flattened() -> None:
+    good, bad = (final_report(ranked_result(r), {**LIMITS, "reference_quality": 0.8}) for r in (0.81, 0.7))
+    assert good.quality_ok is True and bad.quality_ok is False
+    assert (good.quality_metric, good.quality_direction, good.metrics) == ("recall", "max", {"recall": 0.81})
+    flat = {k: v for k, v in bad.to_metrics().items() if k != "metrics"} | {"metrics/recall": 0.7}
+    back = TrialReport.from_metrics(flat)
+    assert back == bad
+    record = back.to_record("t1", 0, {}, {})
+    replayed = TrialReport.replay(record, 1000, 0.02, 0.8, QualityMetric("recall", "max"))
+    assert replayed.constraints == bad.constraints and record.quality == 0.7
+
+
+def test_a_sweep_record_from_before_declared_metrics_reads_as_log_loss() -> None:
+    old_trial = {"trial_id": "t1", "number": 0, "status": "ok", "params": {}, "config": {}, "val_logloss": 0.52}
+    old = {"sweep_id": "s", "spec": {}, "status": "finished", "reference_logloss": 0.5, "trials": [old_trial]}
+    record = SweepRecord.from_dict(old)
+    assert (record.quality_metric, record.quality_direction, record.reference_quality) == ("logloss", "min", 0.5)
 
 
 def test_the_figures_copied_between_report_and_record_exist_on_both() -> None:

@@ -70,6 +70,7 @@ def test_the_plugin_is_listed_and_built_with_its_options(plugin: str) -> None:
         ([f"workload={TOWER}:make_workload", "workload_options={hidden: lots}"], "workload_options.hidden", "integer"),
         ([f"workload={TOWER}:make_workload", "workload_options={depth: 3}"], "workload_options.depth", "Extra inputs"),
         (["workload_options={hidden: 8}"], "workload_options", "workload 'dlrm' takes no options"),
+        ([f"workload={TOWER}:untyped_metric"], "workload", "UntypedMetric.quality is a tuple; declare it as"),
     ],
 )
 def test_every_way_a_workload_can_be_wrong_is_a_config_error(
@@ -93,3 +94,25 @@ def test_a_remote_client_names_installed_workloads_only(plugin: str) -> None:
     stored = stored_config_problems({"workload": f"{TOWER}:make_workload"})
     assert [p.path for p in stored] == ["from_sweep.workload"]
     assert [p.path for p in override_problems(["workload_options={hidden: 8}"])] == ["sets.workload_options.hidden"]
+
+
+def test_a_workload_judged_by_its_own_metric(capsys: pytest.CaptureFixture[str]) -> None:
+    """A workload that declares `quality` and computes `evaluate` is reported by that metric: no log
+    loss or AUC invented for it, and `train` names the metric and its direction."""
+    sets = [f"workload={TOWER}:make_ranked", "batch.micro=64"]
+    assert main(["train", *_args(*sets)]) == 0
+    text = capsys.readouterr().out
+    assert "eval hit_rate" in text and "higher is better" in text and "log loss" not in text
+    assert main(["train", "--format", "json", *_args(*sets)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["quality_metric"], result["quality_direction"]) == ("hit_rate", "max")
+    assert result["quality"] == result["metrics"]["hit_rate"] == result["val_hit_rate"]
+    assert 0 <= result["quality"] <= 1 and result["metrics"]["batches_seen"] > 0
+    assert "val_logloss" not in result and "logloss" not in result["metrics"]
+
+
+def test_a_declared_metric_the_workload_does_not_compute_is_an_error() -> None:
+    from elastune.training.loop import train
+
+    with pytest.raises(ValueError, match="declares the quality metric 'recall_at_10' but its eval metrics are"):
+        train(load_run_config(None, [*TINY, f"workload={TOWER}:wrong_metric"]))

@@ -69,7 +69,8 @@
     add("trial", `${b.number} (${b.trial_id})`);
     add("throughput", `${rate(b.samples_per_s)} samples/s`);
     add("peak memory", `${bytes(b.peak_memory_bytes)} measured (${b.peak_memory_kind || "?"}), ${bytes(b.estimated_peak_bytes)} predicted`);
-    add("eval log loss / AUC", `${num(b.val_logloss)} / ${num(b.val_auc)}`);
+    add(`eval ${data.quality_metric} (quality)`, num(b.quality));
+    for (const [k, v] of Object.entries(b.metrics || {})) if (k !== data.quality_metric) add(`eval ${k}`, num(v));
     for (const [k, v] of Object.entries(b.params)) add(k, paramText(v));
     const train = el("button", { type: "button", class: "primary", id: "train-best", onclick: trainBest }, "Train this");
     const dl = el("button", { type: "button", id: "download-best", onclick: () => download(`/api/sweeps/${encodeURIComponent(sweepId)}/best-config.yaml`, `${sweepId}-best.yaml`, "application/yaml").catch((e) => banner(e.message)) }, "Download config (YAML)");
@@ -112,13 +113,16 @@
     { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => rate(t.samples_per_s) },
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
     { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },
-    { key: "val_logloss", label: "Eval log loss", num: true, cell: (t) => num(t.val_logloss) },
+    { key: "quality", label: "Eval quality", num: true, cell: (t) => num(t.quality) },
     { key: "val_auc", label: "Eval AUC", num: true, cell: (t) => num(t.val_auc) },
     { key: "oom_retries", label: "OOM retries", num: true },
   ];
 
   function table() {
-    const cols = [...COLUMNS, ...data.parameters.map((k) => ({ key: `param:${k}`, label: k, get: (t) => t.params[k], cell: (t) => paramText(t.params[k]) })),
+    // The quality column is named by the workload's metric; AUC only for workloads that have it.
+    const named = COLUMNS.map((c) => (c.key === "quality" ? { ...c, label: `Eval ${data.quality_metric}` } : c))
+      .filter((c) => c.key !== "val_auc" || data.trials.some((t) => t.val_auc !== null && t.val_auc !== undefined));
+    const cols = [...named, ...data.parameters.map((k) => ({ key: `param:${k}`, label: k, get: (t) => t.params[k], cell: (t) => paramText(t.params[k]) })),
       { key: "error", label: "Note", cell: (t) => (t.error ? t.error.split("\n")[0].slice(0, 120) : "") }];
     const value = (t, c) => (c.get ? c.get(t) : t[c.key]);
     const trials = [...data.trials].sort((a, b) => {

@@ -167,9 +167,25 @@ def config_show(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt
 
 
 def _result_dict(result: Any) -> dict[str, Any]:
+    """The result as JSON: its fields, plus each eval metric flat as `val_NAME` for scripts."""
     from dataclasses import asdict
 
-    return asdict(result)
+    return asdict(result) | {f"val_{name}": value for name, value in result.metrics.items()}
+
+
+def _quality_rows(r: Any) -> list[tuple[str, str]]:
+    """The eval metrics, the workload's quality metric first (a binary one: AUC, then log loss
+    against the constant-prediction baseline)."""
+    metrics = dict(r.metrics)
+    if {"logloss", "auc", "baseline_logloss"} <= set(metrics):
+        baseline = metrics.pop("baseline_logloss")
+        rows = [("eval AUC", f"{metrics.pop('auc'):.4f}")]
+        rows.append(("eval log loss", f"{metrics.pop('logloss'):.4f} (constant-prediction baseline {baseline:.4f})"))
+    else:
+        better = "lower" if r.quality_direction == "min" else "higher"
+        value = metrics.pop(r.quality_metric)
+        rows = [(f"eval {r.quality_metric}", f"{value:.4f} (quality metric, {better} is better)")]
+    return rows + [(f"eval {name}", f"{value:.4f}") for name, value in sorted(metrics.items())]
 
 
 def _summary_rows(r: Any) -> list[tuple[str, str]]:
@@ -181,8 +197,7 @@ def _summary_rows(r: Any) -> list[tuple[str, str]]:
         ("throughput", f"{r.samples_per_s:,.0f} samples/s (after {r.config['warmup_steps']} warm-up steps)"),
         ("peak memory, measured", f"{human_bytes(r.peak_memory_bytes)} ({r.peak_memory_kind})"),
         ("peak memory, predicted", f"{human_bytes(est) if est else 'n/a'}{error}"),
-        ("eval AUC", f"{r.val_auc:.4f}"),
-        ("eval log loss", f"{r.val_logloss:.4f} (constant-prediction baseline {r.baseline_logloss:.4f})"),
+        *_quality_rows(r),
         ("steps × effective batch", f"{r.steps} × {r.effective_batch} = {r.samples:,} samples"),
         ("micro-batch × accumulation", f"{r.micro_batch} × {r.accum}"),
         ("OOM retries", str(r.oom_retries)),

@@ -113,8 +113,7 @@ _TRIAL_METRICS = (
     "samples_per_s",
     "peak_memory_bytes",
     "estimated_peak_bytes",
-    "val_logloss",
-    "val_auc",
+    "quality",
     "oom_retries",
 )
 
@@ -231,6 +230,9 @@ class SweepTracker:
         params = {key: as_text(value) for key, value in flatten(trial.config).items()}
         params |= {f"search.{key}": as_text(value) for key, value in flatten(trial.params).items()}
         metrics = {name: float(getattr(trial, name)) for name in _TRIAL_METRICS if getattr(trial, name) is not None}
+        # Each eval metric as val_NAME (a binary workload's: val_logloss, val_auc, val_baseline_logloss).
+        metrics |= {f"val_{name}": value for name, value in trial.metrics.items()}
+        metrics |= {name: float(v) for name in ("val_logloss", "val_auc") if (v := getattr(trial, name)) is not None}
         tags = {
             _SWEEP_ID: record.sweep_id,
             _TRIAL_ID: trial.trial_id,
@@ -266,8 +268,8 @@ class SweepTracker:
                 metrics["speedup_over_reference"] = best.samples_per_s / record.reference_samples_per_s
         if record.reference_samples_per_s is not None:
             metrics["reference_samples_per_s"] = record.reference_samples_per_s
-        if record.reference_logloss is not None:
-            metrics["reference_logloss"] = record.reference_logloss
+        if record.reference_quality is not None:
+            metrics[f"reference_{record.quality_metric}"] = record.reference_quality
         # The step is the number of trials so far: the MLflow UI then plots best-so-far per trial.
         self._write(state, metrics=metrics, tags=self._sweep_tags(record), step=len(record.trials))
 

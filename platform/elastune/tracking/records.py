@@ -67,11 +67,13 @@ class TrialRecord:
     samples_per_s: float | None = None
     peak_memory_bytes: int | None = None  # measured
     peak_memory_kind: str | None = None  # cuda_reserved | cpu_rss_hwm | virtual
-    val_logloss: float | None = None
+    val_logloss: float | None = None  # a binary workload's eval log loss and AUC
     val_auc: float | None = None
+    quality: float | None = None  # the sweep's quality metric (SweepRecord.quality_metric)
+    metrics: dict[str, float] = field(default_factory=dict)  # every eval metric the workload computed
     oom_retries: int = 0
     steps: int | None = None
-    quality_ok: bool | None = None  # eval log loss within the sweep's tolerance of the reference
+    quality_ok: bool | None = None  # the quality metric within the sweep's tolerance of the reference
     error: str | None = None
     node: str | None = None  # IP of the node the trial ran on
     mlflow_run_id: str | None = None
@@ -86,8 +88,9 @@ class TrialRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
-        """The record `to_dict` wrote; RecordError for a wrong type or a key it does not have."""
-        return _validate(_TRIAL, data)
+        """The record `to_dict` wrote; RecordError for a wrong type or a key it does not have.
+        A record from before workloads declared their quality metric has log loss as its quality."""
+        return _with_quality(_validate(_TRIAL, data))
 
 
 @dataclass
@@ -98,8 +101,11 @@ class SweepRecord:
     spec: dict[str, Any]  # the validated SweepSpec as a dict
     status: SweepStatus
     memory_ceiling_bytes: int | None = None
-    quality_tolerance: float | None = None  # e.g. 0.02: eval log loss at most 2% above the reference
-    reference_logloss: float | None = None
+    quality_tolerance: float | None = None  # e.g. 0.02: the quality metric at most 2% worse than the reference
+    # The workload's quality metric (name, min or max) and the reference run's value of it.
+    quality_metric: str = "logloss"
+    quality_direction: Literal["min", "max"] = "min"
+    reference_quality: float | None = None
     reference_samples_per_s: float | None = None
     started_at: float | None = None  # unix seconds
     ended_at: float | None = None
@@ -126,8 +132,23 @@ class SweepRecord:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRecord:
-        """The record `to_dict` wrote, trials included; RecordError as `TrialRecord.from_dict`."""
-        return _validate(_SWEEP, data)
+        """The record `to_dict` wrote, trials included; RecordError as `TrialRecord.from_dict`.
+        A record from before workloads declared their quality metric names it reference_logloss."""
+        data = dict(data)
+        if "reference_logloss" in data and "reference_quality" not in data:
+            data["reference_quality"] = data.pop("reference_logloss")
+        record = _validate(_SWEEP, data)
+        for trial in record.trials:
+            _with_quality(trial)
+        return record
+
+
+def _with_quality(trial: TrialRecord) -> TrialRecord:
+    """A trial recorded before workloads declared a quality metric (no `metrics`) was judged by
+    its eval log loss: that is its quality."""
+    if trial.quality is None and not trial.metrics and trial.val_logloss is not None:
+        trial.quality = trial.val_logloss
+    return trial
 
 
 _TRIAL = TypeAdapter(TrialRecord)

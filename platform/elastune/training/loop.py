@@ -27,6 +27,7 @@ from elastune.training.precision import autocast_for, check_precision, grad_scal
 from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.step import forward_backward
 from elastune.workloads import build_workload
+from elastune.workloads.quality import quality_of
 
 __all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime"]
 
@@ -77,9 +78,12 @@ class TrainResult:
     peak_memory_kind: str  # what was measured: cuda_reserved | cpu_rss_hwm
     peak_allocated_bytes: int | None
     estimated_peak_bytes: int | None
-    val_logloss: float
-    val_auc: float
-    baseline_logloss: float
+    # The eval metrics (a binary workload's: logloss, auc, baseline_logloss) and the one the
+    # workload declares as its quality, with its value.
+    metrics: dict[str, float]
+    quality_metric: str
+    quality_direction: str
+    quality: float
     train_loss: float
     steps: int
     samples: int
@@ -90,6 +94,14 @@ class TrainResult:
     device: str
     elapsed_s: float
     config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def val_logloss(self) -> float | None:
+        return self.metrics.get("logloss")
+
+    @property
+    def val_auc(self) -> float | None:
+        return self.metrics.get("auc")
 
 
 def train(
@@ -109,7 +121,7 @@ def train(
     # elastune checkpoint. Checked now, not when it is read or written after the model is built.
     writes = parallel is None or parallel.rank == 0  # ranks hold the same weights: rank 0 writes
     check_checkpoint(cfg.checkpoint, cfg.to_dict(), writes=writes)
-    from elastune.training.metrics import evaluate  # lazy: scikit-learn (2 s to import) is not the estimator's
+    from elastune.training.metrics import evaluate_workload  # lazy: scikit-learn (2 s to import)
 
     torch.manual_seed(cfg.seed)
     workload = build_workload(cfg)
@@ -199,12 +211,10 @@ def train(
     model.eval()
     eval_batch = cfg.eval.batch or state.micro
     with autocast():
-        quality = evaluate(
-            lambda b: workload.predict(model, b),
-            source.eval_batches(cfg.eval.samples, eval_batch),
-            device,
-            cfg.eval.samples,
+        metrics = evaluate_workload(
+            workload, model, source.eval_batches(cfg.eval.samples, eval_batch), device, cfg.eval.samples
         )
+    quality = quality_of(workload)
     peak: MemoryPeak = probe.peak()
 
     return TrainResult(
@@ -213,9 +223,10 @@ def train(
         peak_memory_kind=peak.kind,
         peak_allocated_bytes=peak.allocated_bytes,
         estimated_peak_bytes=None,  # the caller attaches the prediction it made (the loop measures)
-        val_logloss=quality.logloss,
-        val_auc=quality.auc,
-        baseline_logloss=quality.baseline_logloss,
+        metrics=metrics,
+        quality_metric=quality.name,
+        quality_direction=quality.direction,
+        quality=metrics[quality.name],
         train_loss=last_loss,
         steps=state.step,
         samples=state.samples,

@@ -1,18 +1,26 @@
-"""Quality of a trained model on the held-out stream: log loss and AUC (scikit-learn's)."""
+"""Quality of a trained model on the held-out stream.
+
+A workload may compute its own eval metrics (`Workload.evaluate`); one that does not is scored as a
+binary classifier from its `predict`: log loss and AUC (scikit-learn's). Either way the result is a
+name -> value mapping that must hold the workload's declared quality metric (workloads/quality.py).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from sklearn.metrics import log_loss, roc_auc_score
+from torch import nn
 
 from elastune.workloads.data import Batch
+from elastune.workloads.quality import quality_of
 
-__all__ = ["EvalResult", "evaluate"]
+__all__ = ["EvalResult", "binary_metrics", "evaluate_workload"]
 
 
 @dataclass(frozen=True)
@@ -23,8 +31,47 @@ class EvalResult:
     baseline_logloss: float
     samples: int
 
+    def as_metrics(self) -> dict[str, float]:
+        return {"logloss": self.logloss, "auc": self.auc, "baseline_logloss": self.baseline_logloss}
 
-def evaluate(
+
+def evaluate_workload(
+    workload: Any, model: nn.Module, batches: Iterable[Batch], device: torch.device, samples: int
+) -> dict[str, float]:
+    """The eval metrics of `model` over `batches`: the workload's own `evaluate(model, batches)`
+    (batches on `device`, under no_grad) where it has one, else `binary_metrics`. Raises ValueError
+    when the result lacks the declared quality metric or is not a mapping of names to numbers."""
+    metric = quality_of(workload)
+    own = getattr(workload, "evaluate", None)
+    if own is None:
+        metrics = binary_metrics(lambda b: workload.predict(model, b), batches, device, samples).as_metrics()
+    else:
+        with torch.no_grad():
+            metrics = _checked(type(workload).__name__, own(model, (b.to(device) for b in batches)))
+    if metric.name not in metrics:
+        raise ValueError(
+            f"{type(workload).__name__} declares the quality metric {metric.name!r} but its eval metrics are "
+            f"{sorted(metrics)}; return it from evaluate() or declare one of those"
+        )
+    return metrics
+
+
+def _checked(owner: str, metrics: Any) -> dict[str, float]:
+    if not isinstance(metrics, Mapping):
+        kind = type(metrics).__name__
+        raise ValueError(f"{owner}.evaluate returned a {kind}; return a dict of metric name -> number")
+    out: dict[str, float] = {}
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{owner}.evaluate returned the metric name {name!r}; names are identifiers")
+        try:
+            out[name] = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{owner}.evaluate returned {name}={value!r}; metric values are numbers") from None
+    return out
+
+
+def binary_metrics(
     predict: Callable[[Batch], torch.Tensor], batches: Iterable[Batch], device: torch.device, samples: int
 ) -> EvalResult:
     """Log loss and AUC over `batches` (at most `samples` samples in all).

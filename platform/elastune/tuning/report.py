@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from elastune.tracking.records import TrialRecord, TrialStatus
 from elastune.tuning.keys import CONSTRAINTS_ATTR, FINAL_KEY, GROUP_KEY
+from elastune.workloads.quality import LOGLOSS, Direction, QualityMetric
 
 if TYPE_CHECKING:
     from elastune.training.loop import Progress, TrainResult
@@ -31,7 +32,7 @@ class Constraints(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     memory: float  # measured peak over the ceiling, as a share of the ceiling
-    quality: float  # eval log loss over the tolerated reference, as a share of it
+    quality: float  # the quality metric beyond the tolerated reference, as a share of that bound
 
 
 class TrialReport(BaseModel):
@@ -52,8 +53,12 @@ class TrialReport(BaseModel):
     peak_memory_bytes: int | None = None
     peak_memory_kind: str | None = None
     estimated_peak_bytes: int | None = None
-    val_logloss: float | None = None
+    val_logloss: float | None = None  # a binary workload's metrics
     val_auc: float | None = None
+    quality: float | None = None  # the value of the workload's quality metric
+    quality_metric: str | None = None  # its name and direction (workloads/quality.py)
+    quality_direction: Direction | None = None
+    metrics: dict[str, float] | None = None  # every eval metric the workload computed
     oom_retries: int = 0
     quality_ok: bool | None = None
     node: str | None = None
@@ -71,10 +76,11 @@ class TrialReport(BaseModel):
         """A report back from Tune's result dict, nested or flattened on '/' (Tune hands searchers
         flattened results)."""
         data = dict(metrics)
-        prefix = CONSTRAINTS_ATTR + "/"
-        flat = {k[len(prefix) :]: v for k, v in data.items() if k.startswith(prefix)}
-        if flat and CONSTRAINTS_ATTR not in data:
-            data[CONSTRAINTS_ATTR] = flat
+        for nested in (CONSTRAINTS_ATTR, "metrics"):
+            prefix = nested + "/"
+            flat = {k[len(prefix) :]: v for k, v in data.items() if k.startswith(prefix)}
+            if flat and nested not in data:
+                data[nested] = flat
         return cls.model_validate(data)
 
     def to_record(self, trial_id: str, number: int, params: dict[str, Any], config: dict[str, Any]) -> TrialRecord:
@@ -95,14 +101,19 @@ class TrialReport(BaseModel):
 
     @classmethod
     def replay(
-        cls, trial: TrialRecord, ceiling: int | None, tolerance: float | None, reference_logloss: float | None
+        cls,
+        trial: TrialRecord,
+        ceiling: int | None,
+        tolerance: float | None,
+        reference: float | None,
+        metric: QualityMetric = LOGLOSS,
     ) -> TrialReport:
         """The last report of a trial that already ended, rebuilt from its record (a resumed sweep
         repeats it instead of training again), so the searcher and ASHA hear what they heard."""
         constraints = None
-        if trial.peak_memory_bytes is not None and trial.val_logloss is not None:
+        if trial.peak_memory_bytes is not None and trial.quality is not None:
             memory, quality, _ = constraint_values(
-                trial.peak_memory_bytes, trial.val_logloss, ceiling, tolerance, reference_logloss
+                trial.peak_memory_bytes, trial.quality, metric, ceiling, tolerance, reference
             )
             constraints = Constraints(memory=memory, quality=quality)
         elif trial.status == "oom":
@@ -126,6 +137,8 @@ _AS_RECORDED = (
     "peak_memory_kind",
     "val_logloss",
     "val_auc",
+    "quality",
+    "metrics",
     "oom_retries",
     "quality_ok",
     "node",
@@ -136,14 +149,20 @@ OOM_CONSTRAINTS = Constraints(memory=1.0, quality=0.0)
 
 
 def constraint_values(
-    peak: int, val_logloss: float, ceiling: int | None, tolerance: float | None, reference_logloss: float | None
+    peak: int,
+    quality: float,
+    metric: QualityMetric,
+    ceiling: int | None,
+    tolerance: float | None,
+    reference: float | None,
 ) -> tuple[float, float, bool | None]:
-    """Optuna's constraint values (<= 0 feasible) for memory and quality, and whether quality held."""
+    """Optuna's constraint values (<= 0 feasible) for memory and quality, and whether quality held
+    (None: no tolerance, or no reference to hold it to)."""
     memory = (peak - ceiling) / ceiling if ceiling else 0.0
-    if tolerance is None or not reference_logloss:
+    if tolerance is None or reference is None:
         return memory, 0.0, None
-    allowed = reference_logloss * (1 + tolerance)
-    return memory, (val_logloss - allowed) / allowed, val_logloss <= allowed
+    over, ok = metric.check(quality, reference, tolerance)
+    return memory, over, ok
 
 
 # -- the reports a trial sends
@@ -162,10 +181,11 @@ def progress_report(p: Progress, samples_per_s: float | None = None, samples: in
 
 def final_report(result: TrainResult, loop_config: dict[str, Any]) -> TrialReport:
     """The last report: measured figures, the trial's status, and Optuna's constraint values
-    (<= 0 feasible): [memory over the ceiling, log loss over the tolerated reference]."""
-    ceiling, tolerance, ref = loop_config["ceiling"], loop_config["tolerance"], loop_config["reference_logloss"]
+    (<= 0 feasible): [memory over the ceiling, quality beyond the tolerated reference]."""
+    ceiling, tolerance, ref = loop_config["ceiling"], loop_config["tolerance"], loop_config["reference_quality"]
+    metric = QualityMetric(result.quality_metric, result.quality_direction)  # type: ignore[arg-type]
     memory, quality, quality_ok = constraint_values(
-        result.peak_memory_bytes, result.val_logloss, ceiling, tolerance, ref
+        result.peak_memory_bytes, result.quality, metric, ceiling, tolerance, ref
     )
     over = ceiling is not None and result.peak_memory_bytes > ceiling
     return TrialReport(
@@ -181,6 +201,10 @@ def final_report(result: TrainResult, loop_config: dict[str, Any]) -> TrialRepor
         estimated_peak_bytes=loop_config.get("estimate"),
         val_logloss=result.val_logloss,
         val_auc=result.val_auc,
+        quality=result.quality,
+        quality_metric=metric.name,
+        quality_direction=metric.direction,
+        metrics=result.metrics,
         oom_retries=result.oom_retries,
         quality_ok=quality_ok,
         node=_node_ip(),

@@ -20,7 +20,7 @@ SUMMARY_COLUMNS = (
     "speed-up",
     "peak (measured)",
     "predicted",
-    "log loss vs ref",
+    "quality vs ref",
     "AUC",
 )
 
@@ -60,7 +60,9 @@ def results_json(record: SweepRecord) -> dict[str, Any]:
         "memory_ceiling_bytes": record.memory_ceiling_bytes,
         "quality_tolerance": record.quality_tolerance,
         "reference_samples_per_s": record.reference_samples_per_s,
-        "reference_logloss": record.reference_logloss,
+        "quality_metric": record.quality_metric,
+        "quality_direction": record.quality_direction,
+        "reference_quality": record.reference_quality,
         "counts": record.counts(),
         "best": best.to_dict() if best else None,
         "speedup_over_reference": speedup(best, record) if best else None,
@@ -82,7 +84,8 @@ def _speedup(trial: TrialRecord, record: SweepRecord) -> str:
 
 
 def _quality(trial: TrialRecord, record: SweepRecord) -> str:
-    if trial.val_logloss is None or not record.reference_logloss:
+    """The trial's quality metric against the reference's: its change as a share of the reference."""
+    if trial.quality is None or not record.reference_quality:
         return "-"
-    delta = trial.val_logloss / record.reference_logloss - 1
+    delta = (trial.quality - record.reference_quality) / abs(record.reference_quality)
     return f"{delta:+.1%}"

@@ -35,6 +35,7 @@ from elastune.tuning.progress import STOPPING, SweepCallback
 from elastune.tuning.report import TrialReport
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
+from elastune.workloads.quality import QualityMetric
 
 __all__ = [
     "Interruption",
@@ -162,7 +163,7 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
 
     context = TrialContext(
         spec=record.spec,
-        reference_logloss=record.reference_logloss,
+        reference_quality=record.reference_quality,
         edo=spec.uses_edo,
         finished=_finished_reports(record),
     )
@@ -204,9 +205,9 @@ def _finished_reports(record: SweepRecord) -> dict[str, TrialReport]:
     """What each trial that already ended reported last (see TrialContext.finished)."""
     from elastune.tracking.records import FINAL_TRIAL_STATUSES
 
-    ceiling = record.memory_ceiling_bytes
+    ceiling, metric = record.memory_ceiling_bytes, QualityMetric(record.quality_metric, record.quality_direction)
     return {
-        t.trial_id: TrialReport.replay(t, ceiling, record.quality_tolerance, record.reference_logloss)
+        t.trial_id: TrialReport.replay(t, ceiling, record.quality_tolerance, record.reference_quality, metric)
         for t in record.trials
         if t.status in FINAL_TRIAL_STATUSES and t.trial_id != "reference" and not t.trial_id.startswith("screened-")
     }
@@ -401,10 +402,16 @@ def _run_reference(
     )
     last = TrialReport.from_metrics(dict(tuner.fit()[0].metrics or {}))
     trial = last.to_record("reference", -1, dict(spec.constraints.reference), cfg.to_dict())
-    if trial.status in {"ok", "infeasible"}:
-        record.reference_logloss = trial.val_logloss
+    if trial.status in {"ok", "infeasible"} and trial.quality is not None:
+        record.quality_metric = last.quality_metric or record.quality_metric
+        record.quality_direction = last.quality_direction or record.quality_direction
+        record.reference_quality = trial.quality
         record.reference_samples_per_s = trial.samples_per_s
-        echo(f"reference: {trial.samples_per_s or 0:,.0f} samples/s, eval log loss {trial.val_logloss:.4f}")
+        better = "lower" if record.quality_direction == "min" else "higher"
+        echo(
+            f"reference: {trial.samples_per_s or 0:,.0f} samples/s, eval {record.quality_metric} {trial.quality:.4f} "
+            f"({better} is better)"
+        )
     else:
         echo(f"reference did not finish ({trial.status}: {trial.error}); the quality check is off for this sweep")
     return trial

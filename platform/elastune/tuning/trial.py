@@ -38,7 +38,7 @@ class TrialContext:
     """What every trial of one sweep shares; passed with `tune.with_parameters`."""
 
     spec: dict[str, Any]  # SweepSpec.model_dump(mode="json")
-    reference_logloss: float | None = None
+    reference_quality: float | None = None  # the reference run's value of the quality metric
     edo: bool = False
     # Resumed sweeps: trial id -> the last report of a trial that already ended. Tune's saved
     # state can be older than the driver's last word (it is saved every few seconds), so it may
@@ -134,7 +134,7 @@ def _estimate(cfg: RunConfig) -> int:
 def _limits(cfg: RunConfig, spec: SweepSpec, context: TrialContext) -> dict[str, Any]:
     return {
         "ceiling": spec.constraints.memory_ceiling,
-        "tolerance": spec.constraints.quality_tolerance if context.reference_logloss else None,
-        "reference_logloss": context.reference_logloss,
+        "tolerance": spec.constraints.quality_tolerance if context.reference_quality is not None else None,
+        "reference_quality": context.reference_quality,
         "report_every": max(1, cfg.steps // 10),
     }

@@ -22,6 +22,7 @@ from elastune.workloads.data import (
     tables_of,
 )
 from elastune.workloads.dlrm import DLRM
+from elastune.workloads.quality import LOGLOSS
 from elastune.workloads.synthetic import SyntheticCriteo
 
 __all__ = ["DLRMWorkload", "Workload"]
@@ -29,6 +30,17 @@ __all__ = ["DLRMWorkload", "Workload"]
 
 @runtime_checkable
 class Workload(Protocol):
+    """A model family elastune can estimate, train and tune (docs/workloads.md).
+
+    Two members are optional, so they are not part of the protocol's runtime check:
+
+    * `quality: QualityMetric`: the eval metric the sweep's quality tolerance applies to and its
+      direction, e.g. `QualityMetric("perplexity", "min")`. Default: `logloss`, lower is better.
+    * `evaluate(model, batches) -> dict[str, float]`: eval metrics over the held-out batches (on
+      the run's device, under no_grad and the run's autocast); must hold the `quality` metric.
+      Default: a binary classifier's `logloss`, `auc` and `baseline_logloss` from `predict`.
+    """
+
     table_sizes: tuple[int, ...]  # rows of each sparse feature's table
 
     def build_model(self) -> nn.Module: ...
@@ -51,6 +63,8 @@ class Workload(Protocol):
 
 
 class DLRMWorkload:
+    quality = LOGLOSS  # a click model: eval log loss, scored from predict()
+
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
         self.table_sizes = tables_of(cfg.data)

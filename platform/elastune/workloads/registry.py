@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from elastune.config import RunConfig
 from elastune.workloads.base import DLRMWorkload, Workload
+from elastune.workloads.quality import quality_of
 
 __all__ = ["ENTRY_POINT_GROUP", "WorkloadError", "WorkloadFactory", "build_workload", "resolve", "workload_names"]
 
@@ -112,6 +113,10 @@ def build_workload(cfg: RunConfig) -> Workload:
             f"its factory returned {type(workload).__name__}, not a Workload (missing: {', '.join(missing)}); "
             "see docs/workloads.md",
         )
+    try:
+        quality_of(workload)
+    except TypeError as exc:
+        raise WorkloadError("workload", cfg.workload, str(exc)) from None
     return workload
 
 

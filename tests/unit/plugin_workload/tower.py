@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from elastune import RunConfig, swap_embeddings
+from elastune import QualityMetric, RunConfig, swap_embeddings
 from elastune.workloads.data import Batch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
@@ -85,6 +85,46 @@ def make_workload(cfg: RunConfig, options: TowerOptions) -> TowerWorkload:
 
 
 make_workload.options_model = TowerOptions  # type: ignore[attr-defined]
+
+
+class RankedTowers(TowerWorkload):
+    """The towers judged by their own metric: the share of eval samples whose score ranks its own
+    item above every other item of the batch (higher is better), not log loss."""
+
+    quality = QualityMetric("hit_rate", "max")
+
+    def evaluate(self, model: nn.Module, batches: Iterator[Batch]) -> dict[str, float]:
+        hits = total = 0
+        for batch in batches:
+            user = model.user(batch.sparse[:, 0, 0]) + model.dense(batch.dense)
+            item = model.item(batch.sparse[:, 1, :])
+            scores = user @ item.T  # every user against every item of the batch
+            hits += int((scores.argmax(dim=1) == torch.arange(len(batch))).sum())
+            total += len(batch)
+        return {"hit_rate": hits / max(total, 1), "batches_seen": float(total)}
+
+
+def make_ranked(cfg: RunConfig, options: TowerOptions) -> RankedTowers:
+    return RankedTowers(cfg, options)
+
+
+make_ranked.options_model = TowerOptions  # type: ignore[attr-defined]
+
+
+class WrongMetric(RankedTowers):
+    quality = QualityMetric("recall_at_10", "max")  # evaluate() does not compute it
+
+
+def wrong_metric(cfg: RunConfig, options: Any) -> WrongMetric:
+    return WrongMetric(cfg, TowerOptions())
+
+
+class UntypedMetric(TowerWorkload):
+    quality = ("logloss", "min")
+
+
+def untyped_metric(cfg: RunConfig, options: Any) -> UntypedMetric:
+    return UntypedMetric(cfg, TowerOptions())
 
 
 def raising(cfg: RunConfig, options: Any) -> TowerWorkload:
