@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from elastune.tracking.records import SweepRecord
+from elastune.tracking.records import SweepRecord, TrialRecord
 from elastune.tuning.report import TrialReport, constraint_values, final_report, oom_report, progress_report
 from elastune.workloads.quality import LOGLOSS, QualityMetric
 
@@ -81,6 +81,7 @@ def test_constraints_flattened_by_tune_are_read() -> None:
 def test_the_last_report_decides_the_records_status(last: TrialReport, status: str) -> None:
     record = TrialReport.from_metrics(last.to_metrics()).to_record("t1", 3, {"batch.micro": 8}, {})
     assert record.status == status
+    assert TrialRecord.from_dict(record.to_dict()) == record  # every field of the type the store reads back
     assert (record.error == "the trial reported nothing") is (status == "failed")
 
 

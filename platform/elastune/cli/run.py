@@ -80,10 +80,12 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     cfg = load_run_config(config, set_ or [])
     est = run_estimate(cfg, resolve_device(cfg.device))
     workload = build_workload(cfg)
-    tables = workload.table_sizes
+    specs = getattr(workload, "tables", None)
+    # One entry per table: declared tables count a table several features share once.
+    tables = tuple(t.rows for t in specs) if specs else workload.table_sizes
     # The tables' own bytes, by their strategies' formulas (exact: rows x dim x bytes per value,
     # plus any per-row metadata); the parameters part of the breakdown adds the MLPs.
-    table_bytes = _table_bytes(cfg, getattr(workload, "tables", None), tables)
+    table_bytes = _table_bytes(cfg, specs, tables)
     if format is Format.json:
         payload = {
             "estimated_peak_bytes": est.peak_bytes,

@@ -96,6 +96,7 @@ class TrialReport(BaseModel):
             config=config,
             steps=self.step,
             error=self.error or (None if reported else "the trial reported nothing"),
+            metrics=dict(self.metrics or {}),
             **{name: getattr(self, name) for name in _AS_RECORDED},
         )
 
@@ -125,6 +126,7 @@ class TrialReport(BaseModel):
             step=trial.steps,
             progress_pct=100 if trial.status != "pruned" else 99,
             constraints=constraints,
+            metrics=dict(trial.metrics) or None,
             **{name: getattr(trial, name) for name in _AS_RECORDED},
         )
 
@@ -138,7 +140,6 @@ _AS_RECORDED = (
     "val_logloss",
     "val_auc",
     "quality",
-    "metrics",
     "oom_retries",
     "quality_ok",
     "node",
