@@ -12,11 +12,13 @@ STAMP  := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt examples/two_tower/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_TORCH_FLAGS) "$(TORCH)"
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev,fbgemm]'  # the tested versions
+	# The example workload, installed as a user's package would be: `workload: two_tower`
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/two_tower
 	touch $@
 
 # The main job on embedded defaults: the quick sweep on a local Ray, recorded in ./mlflow.db.

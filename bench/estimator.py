@@ -12,6 +12,7 @@ the figure compared with the prediction is the highest of the repeats; the sprea
     python bench/estimator.py --only 0,3      # a subset, by index
     python bench/estimator.py --json out.json # also keep the raw figures
     python bench/estimator.py --device cuda --jobs 8   # on a GPU, 8 runs at a time
+    python bench/estimator.py --suite two_tower        # the example two-tower workload (not DLRM)
 
 On CUDA the measured figure is the caching allocator's reserved peak (`cuda_reserved`); the
 allocated peak (live tensors) is reported beside it. Each process has its own allocator, so runs
@@ -63,6 +64,20 @@ CONFIGS: list[tuple[str, list[str]]] = [
     ("strategy int8 micro 4096", [*ROW, "embedding.strategy=int8", "batch.micro=4096"]),
 ]
 
+# `--suite two_tower`: the example workload of examples/two_tower (installed by `make install`): a
+# model that is not DLRM, with its own data stream, a table two features share and its own metric.
+TWO_TOWER: list[tuple[str, list[str]]] = [
+    ("two_tower default", []),
+    ("two_tower dim 32", ["model.embedding_dim=32"]),
+    ("two_tower dim 64 micro 512", ["model.embedding_dim=64", "batch.micro=512"]),
+    ("two_tower micro 4096", ["batch.micro=4096"]),
+    ("two_tower rowwise_adagrad", ["optimizer.sparse=rowwise_adagrad"]),
+    ("two_tower user_id hashed", ["embedding.overrides=[{match: {name: user_id}, strategy: hashed}]"]),
+    ("two_tower 1M users dim 32", ["workload_options={users: 1000000}", "model.embedding_dim=32"]),
+    ("two_tower bce", ["workload_options={loss: bce}"]),
+]
+SUITES = {"dlrm": CONFIGS, "two_tower": [(label, ["workload=two_tower", *o]) for label, o in TWO_TOWER]}
+
 # Long enough for the resident peak to settle: glibc's heap grows over the first tens of steps
 # (its mmap threshold adapts to freed blocks), then stays within ~2% (measured to 600 steps).
 RUN = ["steps=50", "warmup_steps=5", "eval.samples=8192"]
@@ -95,24 +110,26 @@ def estimate_figures(overrides: list[str], device: str | None = None) -> dict[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=sorted(SUITES), default="dlrm", help="which workload's configs")
     parser.add_argument("--only", help="comma-separated config indices")
     parser.add_argument("--json", help="write raw figures here")
     parser.add_argument("--repeat", type=int, default=3, help="fresh runs per config (the highest peak counts)")
     parser.add_argument("--device", help="run on this device (cpu, cuda, cuda:N); default: the config's `auto`")
     parser.add_argument("--jobs", type=int, default=1, help="fresh runs at a time (memory figures are per process)")
     args = parser.parse_args()
-    picked = [int(i) for i in args.only.split(",")] if args.only else list(range(len(CONFIGS)))
+    configs = SUITES[args.suite]
+    picked = [int(i) for i in args.only.split(",")] if args.only else list(range(len(configs)))
     missing = _fbgemm_missing()
     if missing:
-        skipped = [i for i in picked if "embedding.backend=fbgemm" in CONFIGS[i][1]]
+        skipped = [i for i in picked if "embedding.backend=fbgemm" in configs[i][1]]
         print(f"skipped {len(skipped)} fbgemm config(s): fbgemm_gpu {missing}", file=sys.stderr)
         picked = [i for i in picked if i not in skipped]
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {i: [pool.submit(measure, CONFIGS[i][1], args.device) for _ in range(args.repeat)] for i in picked}
+        futures = {i: [pool.submit(measure, configs[i][1], args.device) for _ in range(args.repeat)] for i in picked}
         rows: list[dict[str, Any]] = []
         for i in picked:
-            label, overrides = CONFIGS[i]
+            label, overrides = configs[i]
             runs = [f.result() for f in futures[i]]
             peaks = [run["peak_memory_bytes"] for run in runs]
             allocated: list[int] = [run["peak_allocated_bytes"] for run in runs if run.get("peak_allocated_bytes")]
@@ -147,6 +164,7 @@ def main() -> None:
     within = sum(e <= 0.10 for e in errors)
     print(f"## Estimator: predicted vs measured peak ({rows[0]['kind']})\n")
     flags = (f" --device {args.device}" if args.device else "") + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
+    flags += f" --suite {args.suite}" if args.suite != "dlrm" else ""
     print(f"- command: `python bench/estimator.py{flags} --repeat {args.repeat}`; run settings {' '.join(RUN)}")
     print(
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, "
@@ -180,9 +198,10 @@ def _record(args: argparse.Namespace, rows: list[dict[str, Any]], within: int, e
 
     device = args.device or "cpu"
     worst = max(rows, key=lambda r: abs(r["error"]))
+    suite = "" if args.suite == "dlrm" else f"-{args.suite}"
     write_record(
-        f"estimator-{'cuda' if device.startswith('cuda') else 'cpu'}",
-        f"Estimator: predicted vs measured peak ({rows[0]['kind']})",
+        f"estimator{suite}-{'cuda' if device.startswith('cuda') else 'cpu'}",
+        f"Estimator{' (' + args.suite + ')' if suite else ''}: predicted vs measured peak ({rows[0]['kind']})",
         [
             Figure(
                 "configs within ±10%",
@@ -195,7 +214,13 @@ def _record(args: argparse.Namespace, rows: list[dict[str, Any]], within: int, e
             Figure("median |error|", round(statistics.median(errors), 4)),
             Figure("max |error|", round(max(errors), 4), note=worst["label"]),
         ],
-        settings={"run": RUN, "repeat": args.repeat, "jobs": args.jobs, "measured": f"max of {args.repeat} fresh runs"},
+        settings={
+            "suite": args.suite,
+            "run": RUN,
+            "repeat": args.repeat,
+            "jobs": args.jobs,
+            "measured": f"max of {args.repeat} fresh runs",
+        },
         device=args.device,
         table={
             "columns": ["#", "config", "measured MiB", "spread MiB", "predicted MiB", "error"],

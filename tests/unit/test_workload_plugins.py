@@ -25,14 +25,14 @@ def _args(*sets: str) -> list[str]:
 
 @pytest.fixture
 def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """An installed distribution that registers the towers as `two_tower` (what `pip install` of a
+    """An installed distribution that registers the towers as `towers` (what `pip install` of a
     package with `[project.entry-points."elastune.workloads"]` leaves in site-packages)."""
     dist = tmp_path / "site" / "tower_plugin-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: tower-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[elastune.workloads]\ntwo_tower = {TOWER}:make_workload\n")
+    (dist / "entry_points.txt").write_text(f"[elastune.workloads]\ntowers = {TOWER}:make_workload\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    return "two_tower"
+    return "towers"
 
 
 @pytest.mark.parametrize("how", ["import path", "entry point"])
@@ -65,7 +65,7 @@ def test_the_plugin_is_listed_and_built_with_its_options(plugin: str) -> None:
         ([f"workload={TOWER}:NOT_CALLABLE"], "workload", "not a factory"),
         ([f"workload={TOWER}:raising"], "workload", "its factory raised RuntimeError: the towers need a GPU"),
         ([f"workload={TOWER}:not_a_workload"], "workload", "not a Workload (missing: table_sizes"),
-        (["workload=two_towers"], "workload", "no workload named 'two_towers'; installed: dlrm"),
+        (["workload=two_towers"], "workload", "no workload named 'two_towers'; installed: dlrm, two_tower"),
         (["workload=os.system; rm -rf ~"], "workload", "string should match pattern"),
         ([f"workload={TOWER}:make_workload", "workload_options={hidden: lots}"], "workload_options.hidden", "integer"),
         ([f"workload={TOWER}:make_workload", "workload_options={depth: 3}"], "workload_options.depth", "Extra inputs"),
