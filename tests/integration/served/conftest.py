@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository: `python -m tests...` runs from here
@@ -147,4 +148,52 @@ def mlflow_server(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=20)
+        log.close()
+
+
+@dataclass
+class UIProcess:
+    base: str
+    token: str
+    proc: subprocess.Popen[bytes]
+
+    def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def ui_server(
+    head: RayHead, folder: Path, port: int, wait_until: Callable[..., None], *extra: str
+) -> Iterator[UIProcess]:
+    """`elastune ui --token-file F` as a user starts it, against `head`'s job server, with its
+    MLflow store in `folder`; stopped (its whole session) on exit."""
+    token = "served-ui-token-" + os.urandom(12).hex()
+    (folder / "token").write_text(token + "\n")
+    command = [str(Path(sys.executable).with_name("elastune")), "ui", "--port", str(port)]
+    command += ["--token-file", str(folder / "token"), "--ray-address", head.address]
+    command += ["--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}", *extra]
+    env = {k: v for k, v in os.environ.items() if k not in ("ELASTUNE_UI_TOKEN", "RAY_AUTH_TOKEN")}
+    env["RAY_AUTH_TOKEN_PATH"] = str(head.token_file)
+    log = (folder / "ui.log").open("wb")
+    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ui = UIProcess(f"http://127.0.0.1:{port}", token, proc)
+
+    def up() -> bool:
+        assert proc.poll() is None, (folder / "ui.log").read_text()
+        with contextlib.suppress(httpx.HTTPError):
+            return ui.api("GET", "/api/health").status_code == 200
+        return False
+
+    try:
+        wait_until(up, 60, "elastune ui to answer")
+        yield ui
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         log.close()

@@ -9,37 +9,20 @@ against the app in-process in tests/unit/test_ui_hostile.py.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 
 from tests.conftest import TINY
-from tests.integration.served.conftest import RayHead
+from tests.integration.served.conftest import RayHead, UIProcess, ui_server
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@dataclass
-class UIProcess:
-    base: str
-    token: str
-    proc: subprocess.Popen[bytes]
-
-    def api(self, method: str, path: str, **kwargs: object) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        return httpx.request(method, f"{self.base}{path}", headers=headers, timeout=30, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -49,38 +32,8 @@ def ui_process(
     free_port: Callable[[], int],
     wait_until: Callable[..., None],
 ) -> Iterator[UIProcess]:
-    """`elastune ui --token-file F` as a user starts it, against the token head's job server."""
-    folder = tmp_path_factory.mktemp("ui-process")
-    token = "catalogue-ui-token-" + os.urandom(12).hex()
-    (folder / "token").write_text(token + "\n")
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("elastune")), "ui", "--port", str(port)]
-    command += ["--token-file", str(folder / "token"), "--ray-address", ray_token_head.address]
-    command += ["--tracking-uri", f"sqlite:///{folder / 'mlflow.db'}"]
-    env = {k: v for k, v in os.environ.items() if k not in ("ELASTUNE_UI_TOKEN", "RAY_AUTH_TOKEN")}
-    env["RAY_AUTH_TOKEN_PATH"] = str(ray_token_head.token_file)
-    log = (folder / "ui.log").open("wb")
-    proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    ui = UIProcess(f"http://127.0.0.1:{port}", token, proc)
-
-    def up() -> bool:
-        assert proc.poll() is None, (folder / "ui.log").read_text()
-        with contextlib.suppress(httpx.HTTPError):
-            return ui.api("GET", "/api/health").status_code == 200
-        return False
-
-    try:
-        wait_until(up, 60, "elastune ui to answer")
+    with ui_server(ray_token_head, tmp_path_factory.mktemp("ui-process"), free_port(), wait_until) as ui:
         yield ui
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
 
 
 def _cluster_jobs(head: RayHead) -> list[object]:
