@@ -37,6 +37,7 @@ __all__ = [
     "OptimizerConfig",
     "RunConfig",
     "TableMatch",
+    "TableSchema",
     "apply_overrides",
     "elastune_home",
     "parse_overrides",
@@ -59,10 +60,85 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-class DataConfig(_Section):
-    """Where samples come from. `synthetic` needs no files and plants a learnable signal."""
+MAX_COLUMNS = 4096  # dense columns of a table source
+MAX_MULTI_HOT = 64  # ids per multi-hot bag
+TABLE_SUFFIXES = {
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".csv.gz": "csv",
+    ".tsv.gz": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+ColumnName = Annotated[str, Field(min_length=1, max_length=200)]
 
-    source: Literal["synthetic", "criteo_tsv", "parquet"] = "synthetic"
+
+def table_format(path: Path) -> str | None:
+    """ "csv" or "parquet" for a data.path of `source: table`, from its suffix; None if neither."""
+    name = path.name.lower()
+    return next((fmt for suffix, fmt in TABLE_SUFFIXES.items() if name.endswith(suffix)), None)
+
+
+class TableSchema(_Section):
+    """`data.schema` of `source: table`: which columns of the file are the label, the dense
+    features and the categorical features (one embedding table each, named as the column)."""
+
+    label: ColumnName = Field(description="The label column: numbers in {0, 1}.")
+    dense: list[ColumnName] = Field(
+        default_factory=list, max_length=MAX_COLUMNS, description="Numeric columns (int or float; null reads as 0)."
+    )
+    categorical: list[ColumnName] = Field(
+        default_factory=list, max_length=MAX_TABLES, description="One value per row; one embedding table each."
+    )
+    multi_hot: dict[ColumnName, Annotated[int, Field(ge=1, le=MAX_MULTI_HOT)]] = Field(
+        default_factory=dict,
+        max_length=MAX_TABLES,
+        description="COLUMN: MAX_IDS for list columns (Parquet lists, or CSV text of values separated by |): "
+        "a pooled bag of up to MAX_IDS ids per row, one embedding table each.",
+    )
+
+    @model_validator(mode="after")
+    def _columns_once(self) -> TableSchema:
+        names = [self.label, *self.dense, *self.categorical, *self.multi_hot]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(
+                f"column(s) {', '.join(map(repr, twice))} named more than once in data.schema; "
+                "give each column one role (label, dense, categorical or multi_hot)"
+            )
+        if not self.categorical and not self.multi_hot:
+            raise ValueError(
+                "data.schema needs at least one categorical or multi_hot column (each becomes an embedding table)"
+            )
+        if len(self.categorical) + len(self.multi_hot) > MAX_TABLES:
+            raise ValueError(f"at most {MAX_TABLES} categorical and multi_hot columns in all")
+        return self
+
+    @property
+    def sparse(self) -> list[str]:
+        """The embedding tables' columns, in the order of Batch.sparse: categorical, then multi_hot."""
+        return [*self.categorical, *self.multi_hot]
+
+
+class DataConfig(_Section):
+    """Where samples come from. `synthetic` needs no files and plants a learnable signal; `table`
+    reads a CSV or Parquet file of your own columns, described by `data.schema` (docs/data.md)."""
+
+    # `schema` is the key (a BaseModel attribute: the field is `table_schema`, aliased).
+    model_config = ConfigDict(
+        extra="forbid",
+        validate_assignment=True,
+        allow_inf_nan=False,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+    source: Literal["synthetic", "criteo_tsv", "parquet", "table"] = Field(
+        "synthetic",
+        description="synthetic | criteo_tsv | parquet (Criteo's columns) | table (your own columns: "
+        "CSV or Parquet with data.schema).",
+    )
     rows_scale: float = Field(
         0.01, gt=0, le=1.0, description="Criteo Kaggle table sizes x this (1.0 = the real sizes)."
     )
@@ -76,11 +152,44 @@ class DataConfig(_Section):
     zipf_alpha: float = Field(1.15, gt=0, le=5, description="Skew of the synthetic id stream.")
     pooling: int = Field(1, ge=1, le=64, description="Ids per bag (multi-hot) in synthetic data.")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the synthetic stream and its hidden teacher.")
-    path: Path | None = Field(None, description="Training file for criteo_tsv / parquet.")
+    path: Path | None = Field(
+        None,
+        description="Training file for criteo_tsv / parquet / table (table: .csv, .tsv, .csv.gz, .tsv.gz, "
+        ".parquet or .pq).",
+    )
     eval_path: Path | None = Field(
         None, description="Held-out file; without it the first eval.samples rows of path are held out."
     )
-    skip_malformed: bool = Field(False, description="Skip and count malformed rows instead of failing.")
+    skip_malformed: bool = Field(
+        False, description="Skip and count malformed rows instead of failing (criteo_tsv / parquet)."
+    )
+    table_schema: TableSchema | None = Field(
+        None,
+        alias="schema",
+        description="source=table: {label: COL, dense: [COL, ...], categorical: [COL, ...], "
+        "multi_hot: {COL: MAX_IDS, ...}}.",
+    )
+    encoding: Literal["vocabulary", "hash"] = Field(
+        "vocabulary",
+        description="source=table: how categorical values become row ids: vocabulary (one pass over "
+        "data.path counts the values; table sizes come from the data) or hash (into data.hash_buckets rows).",
+    )
+    min_count: int = Field(
+        2,
+        ge=1,
+        le=2**31,
+        description="source=table, vocabulary: values seen fewer times than this share the rare-or-unseen row "
+        "(2: values seen once train that row, which unseen values then use).",
+    )
+    hash_buckets: (
+        Annotated[int, Field(ge=2, le=MAX_TABLE_ROWS)]
+        | Annotated[dict[ColumnName, Annotated[int, Field(ge=2, le=MAX_TABLE_ROWS)]], Field(max_length=MAX_TABLES)]
+        | None
+    ) = Field(
+        None,
+        description="source=table, encoding=hash: rows per table, one number for all or {COLUMN: ROWS} for "
+        "every categorical and multi_hot column.",
+    )
 
     @field_validator("path", "eval_path")
     @classmethod
@@ -101,11 +210,75 @@ class DataConfig(_Section):
                 f"data.source={self.source!r} needs data.path; set data.path=FILE or use data.source=synthetic"
             )
         if self.source != "synthetic" and self.table_rows is not None:
+            has = "the tables of data.schema" if self.source == "table" else "the Criteo files' 26 columns"
             raise ValueError(
-                f"data.table_rows sets synthetic tables; data.source={self.source!r} has the Criteo files' 26 "
-                "columns: drop data.table_rows or use data.source=synthetic"
+                f"data.table_rows sets synthetic tables; data.source={self.source!r} has {has}: drop "
+                "data.table_rows or use data.source=synthetic"
             )
+        if self.source == "table":
+            self._table_rules()
+        else:
+            given = [
+                key
+                for key, value, default in (
+                    ("data.schema", self.table_schema, None),
+                    ("data.encoding", self.encoding, "vocabulary"),
+                    ("data.min_count", self.min_count, 2),
+                    ("data.hash_buckets", self.hash_buckets, None),
+                )
+                if value != default
+            ]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} describe(s) the columns of a data.source=table file, not "
+                    f"data.source={self.source!r}; drop {', '.join(given)} or set data.source=table"
+                )
         return self
+
+    def _table_rules(self) -> None:
+        for key, path in (("data.path", self.path), ("data.eval_path", self.eval_path)):
+            if path is not None and table_format(path) is None:
+                raise ValueError(
+                    f"{key}={str(path)!r}: data.source=table reads CSV (.csv, .tsv, .csv.gz, .tsv.gz) or "
+                    "Parquet (.parquet, .pq), told apart by the suffix; rename the file or convert it"
+                )
+        if self.table_schema is None:
+            raise ValueError(
+                "data.source=table needs data.schema: {label: COL, dense: [COL, ...], categorical: [COL, ...]} "
+                "(docs/data.md)"
+            )
+        if self.skip_malformed:
+            raise ValueError(
+                "data.skip_malformed applies to criteo_tsv / parquet; a table source stops at the first bad row, "
+                "naming it: fix the row or drop data.skip_malformed"
+            )
+        if self.encoding == "hash":
+            self._bucket_rules(self.table_schema)
+        elif self.hash_buckets is not None:
+            raise ValueError(
+                "data.hash_buckets sets the rows of hashed tables; with data.encoding=vocabulary the table sizes "
+                "come from the data: drop data.hash_buckets or set data.encoding=hash"
+            )
+
+    def _bucket_rules(self, schema: TableSchema) -> None:
+        if self.hash_buckets is None:
+            raise ValueError(
+                "data.encoding=hash needs data.hash_buckets: rows per table (e.g. 100000), or {COLUMN: ROWS} for "
+                "every categorical and multi_hot column"
+            )
+        if isinstance(self.hash_buckets, dict):
+            missing = [c for c in schema.sparse if c not in self.hash_buckets]
+            extra = [c for c in self.hash_buckets if c not in schema.sparse]
+            if missing or extra:
+                what = []
+                if missing:
+                    what.append(f"has no entry for {', '.join(map(repr, missing))}")
+                if extra:
+                    what.append(f"names {', '.join(map(repr, extra))}, not a categorical or multi_hot column")
+                raise ValueError(
+                    f"data.hash_buckets {' and '.join(what)}; give ROWS for exactly the columns "
+                    f"{', '.join(map(repr, schema.sparse))}, or one number for all"
+                )
 
 
 class ModelConfig(_Section):

@@ -22,8 +22,9 @@ from elastune.embeddings import get_strategy, strategies
 from elastune.embeddings.fbgemm import fbgemm_import_error, run_problems
 from elastune.embeddings.shared import validate_groups
 from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
-from elastune.errors import MISSING, ConfigError, Problem
+from elastune.errors import MISSING, ConfigError, DataError, Problem
 from elastune.workloads import WorkloadError, build_workload
+from elastune.workloads.table_source import check_table_data
 
 __all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
 
@@ -58,6 +59,13 @@ def config_problems(raw: Mapping[str, Any]) -> tuple[RunConfig | None, list[Prob
 
 def component_problems(cfg: RunConfig) -> list[Problem]:
     """What the embedding registry and the workload refuse in a config pydantic accepted."""
+    if cfg.data.source == "table":
+        # The file, read as the run will read it (the vocabulary pass included, cached for the run):
+        # a missing column, a bad value or an empty file is said here, before anything starts.
+        try:
+            check_table_data(cfg.data, 0 if cfg.data.eval_path else cfg.eval.samples)
+        except DataError as exc:
+            return [Problem("data.path", MISSING, str(exc))]  # the message names the file
     try:
         tables = build_workload(cfg).table_sizes  # found, built with its options, a Workload
     except WorkloadError as exc:

@@ -86,11 +86,14 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     # The tables' own bytes, by their strategies' formulas (exact: rows x dim x bytes per value,
     # plus any per-row metadata); the parameters part of the breakdown adds the MLPs.
     table_bytes = _table_bytes(cfg, specs, tables)
+    # A table source's tables are its columns, sized by its data: each gets its own line.
+    named = {s.name: s.rows for s in specs} if specs and cfg.data.source == "table" else {}
     if format is Format.json:
         payload = {
             "estimated_peak_bytes": est.peak_bytes,
             "kind": est.kind,
-            "tables": {"count": len(tables), "rows": sum(tables), "bytes": table_bytes},
+            "tables": {"count": len(tables), "rows": sum(tables), "bytes": table_bytes}
+            | ({"by_name": named} if named else {}),
             "breakdown": est.breakdown,
             "traced_peak_bytes": est.traced_peak_bytes,
             "seconds": est.seconds,
@@ -108,6 +111,9 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
             kind = cfg.embedding.strategy + (" + overrides" if cfg.embedding.overrides else "")
             label = f"  of which {len(tables)} table{'s' if len(tables) > 1 else ''} ({kind})"
             table.add_row(label, f"{table_bytes:,}", human_bytes(table_bytes))
+            for spec in (specs or []) if named else []:
+                size = _table_bytes(cfg, [spec], (spec.rows,))
+                table.add_row(f"    {spec.name} ({spec.rows:,} rows)", f"{size:,}", human_bytes(size))
     table.add_row("[bold]peak[/]", f"[bold]{est.peak_bytes:,}[/]", f"[bold]{human_bytes(est.peak_bytes)}[/]")
     out.print(table)
 

@@ -24,6 +24,7 @@ from elastune.workloads.data import (
 from elastune.workloads.dlrm import DLRM
 from elastune.workloads.quality import LOGLOSS
 from elastune.workloads.synthetic import SyntheticCriteo
+from elastune.workloads.table_source import TableSource, table_layout
 
 __all__ = ["DLRMWorkload", "Workload"]
 
@@ -63,37 +64,50 @@ class Workload(Protocol):
 
 
 class DLRMWorkload:
+    """DLRM on Criteo-shaped data (synthetic, criteo_tsv, parquet) or on a table source's own
+    columns (`data.source: table`): then its dense width is len(data.schema.dense) and its tables
+    are the source's, one per categorical / multi_hot column, named as the column."""
+
     quality = LOGLOSS  # a click model: eval log loss, scored from predict()
 
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
-        self.table_sizes = tables_of(cfg.data)
+        d = cfg.data
+        self._layout = table_layout(d) if d.source == "table" else None
+        self.table_sizes = self._layout.sizes if self._layout else tables_of(d)
+        self.num_dense = self._layout.num_dense if self._layout else NUM_DENSE
+        self.pooling = self._layout.pooling if self._layout else d.pooling
 
     @property
     def tables(self) -> list[TableSpec]:
         """One table per categorical column, named as the Criteo columns (C1..C26; T1.. for
-        `data.table_rows`): what `embedding.overrides` match by name."""
+        `data.table_rows`; the column's own name for a table source): what `embedding.overrides`
+        match by name."""
+        dim = self.cfg.model.embedding_dim
+        if self._layout is not None:
+            return [TableSpec(name, rows, dim) for name, rows in zip(self._layout.names, self.table_sizes, strict=True)]
         prefix = "T" if self.cfg.data.table_rows else "C"
-        return [
-            TableSpec(f"{prefix}{i + 1}", rows, self.cfg.model.embedding_dim) for i, rows in enumerate(self.table_sizes)
-        ]
+        return [TableSpec(f"{prefix}{i + 1}", rows, dim) for i, rows in enumerate(self.table_sizes)]
 
     def build_model(self) -> nn.Module:
         m = self.cfg.model
         emb = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
-        return DLRM(NUM_DENSE, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
+        return DLRM(self.num_dense, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
 
     def data_source(self) -> DataSource:
         d = self.cfg.data
+        eval_samples = 0 if d.eval_path else self.cfg.eval.samples
         if d.source == "synthetic":
             return SyntheticCriteo(self.table_sizes, zipf_alpha=d.zipf_alpha, pooling=d.pooling, seed=d.seed)
+        if d.source == "table":
+            return TableSource(d, eval_samples=eval_samples, layout=self._layout)
         reader = CriteoTSV if d.source == "criteo_tsv" else CriteoParquet
         assert d.path is not None  # RunConfig guarantees it for file sources
         return reader(
             d.path,
             self.table_sizes,
             eval_path=d.eval_path,
-            eval_samples=0 if d.eval_path else self.cfg.eval.samples,
+            eval_samples=eval_samples,
             skip_malformed=d.skip_malformed,
         )
 
@@ -108,7 +122,7 @@ class DLRMWorkload:
 
     def example_batch(self, n: int) -> Batch:
         return Batch(
-            torch.empty(n, NUM_DENSE),
-            torch.zeros(n, len(self.table_sizes), self.cfg.data.pooling, dtype=torch.int64),
+            torch.empty(n, self.num_dense),
+            torch.zeros(n, len(self.table_sizes), self.pooling, dtype=torch.int64),
             torch.empty(n),
         )

@@ -41,6 +41,7 @@ class _Block:
     batch: Batch
     malformed: list[int]  # 1-based line (row) numbers skipped
     last_line: int  # the last line number this block covered
+    truncated: int = 0  # rows whose multi-hot list was cut to its MAX_IDS (table sources)
 
 
 class _RowStream:
@@ -79,7 +80,8 @@ def _require_file(path: Path, what: str) -> Path:
 
 
 class _FileSource(ABC):
-    """A DataSource over a Criteo file (TSV or Parquet): sequential cursor, epochs, eval split.
+    """A DataSource over a data file (Criteo TSV or Parquet, a table source's CSV or Parquet):
+    sequential cursor, epochs, eval split.
 
     * `read` keeps a cursor: a read that starts where the last one stopped continues the open file;
       any other start reopens it and skips to `start` (which costs parsing everything before it).
@@ -88,10 +90,16 @@ class _FileSource(ABC):
     * Eval: with `eval_path`, the eval set is that file's rows; otherwise the first `eval_samples`
       valid rows of `path` are held out and training starts right after them.
     * Malformed rows raise DataError naming file and line, or with skip_malformed are skipped and
-      counted (once each, however many epochs re-read them) in `malformed_lines`.
+      counted (once each, however many epochs re-read them) in `malformed_lines`; rows a block
+      reports `truncated` are counted the same way in `truncated_rows`.
+
+    A subclass sets `num_dense`, `num_sparse` and `pooling` (the Batch shape) before calling
+    `__init__`, or keeps Criteo's 13, 26 and 1.
     """
 
     pooling: int = 1
+    num_dense: int = NUM_DENSE
+    num_sparse: int = NUM_SPARSE
     _fix = "fix the file or set data.skip_malformed=true to skip and count such lines"
 
     def __init__(
@@ -103,8 +111,8 @@ class _FileSource(ABC):
         eval_samples: int = 0,
         skip_malformed: bool = False,
     ) -> None:
-        if len(table_sizes) != NUM_SPARSE:
-            raise ValueError(f"need {NUM_SPARSE} table sizes (C1..C26), got {len(table_sizes)}")
+        if len(table_sizes) != self.num_sparse:
+            raise ValueError(f"need {self.num_sparse} table sizes, one per sparse feature, got {len(table_sizes)}")
         if eval_samples < 0:
             raise ValueError(f"eval_samples must be >= 0, got {eval_samples}")
         self.path = _require_file(path, "data.path")
@@ -113,6 +121,7 @@ class _FileSource(ABC):
         self.held_out = 0 if self.eval_path else eval_samples
         self.skip_malformed = skip_malformed
         self.malformed_lines = 0
+        self.truncated_rows = 0
         self._scanned: dict[Path, int] = {}  # per file, the furthest line already counted
         self._stream: _RowStream | None = None
         self._cursor = 0  # the training sample the open stream yields next
@@ -126,7 +135,7 @@ class _FileSource(ABC):
         """Training samples [start, start + n), wrapping around the file; see the class doc."""
         check_range(start, n)
         if n == 0:
-            return empty_batch(NUM_SPARSE, 1)
+            return empty_batch(self.num_sparse, self.pooling, self.num_dense)
         try:
             if self._stream is None or start != self._cursor:
                 self._seek(start)
@@ -170,6 +179,7 @@ class _FileSource(ABC):
         for block in self._parse(path):
             seen = self._scanned.get(path, 0)
             self.malformed_lines += sum(1 for line in block.malformed if line > seen)
+            self.truncated_rows += block.truncated if block.last_line > seen else 0
             self._scanned[path] = max(seen, block.last_line)
             yield block.batch
 

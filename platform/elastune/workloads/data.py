@@ -18,6 +18,8 @@ Sources:
   (10M rows) cost no memory.
 * `CriteoTSV` reads the Criteo text format; `CriteoParquet` reads the same columns from Parquet
   (both in workloads/criteo_files.py).
+* `TableSource` (workloads/table_source.py) reads a CSV or Parquet file of the user's own columns
+  (`data.source: table`, `data.schema`): its own dense width, one table per categorical column.
 
 This module holds what they share: the shapes, `Batch`, the `DataSource` protocol.
 """
@@ -66,8 +68,13 @@ Mask = npt.NDArray[np.bool_]
 
 
 def tables_of(data: DataConfig) -> tuple[int, ...]:
-    """The rows of each table a run's data has: `data.table_rows` as given, else the Criteo
-    cardinalities scaled by `data.rows_scale`."""
+    """The rows of each table a run's data has: for `source: table` the data's own (vocabulary
+    sizes or hash buckets, workloads/table_source.py); else `data.table_rows` as given, else the
+    Criteo cardinalities scaled by `data.rows_scale`."""
+    if data.source == "table":
+        from elastune.workloads.table_source import table_layout  # it builds on this module
+
+        return table_layout(data).sizes
     return tuple(data.table_rows) if data.table_rows else table_sizes(data.rows_scale)
 
 
@@ -93,7 +100,8 @@ class Batch:
     """B samples, ready for the model.
 
     dense:  float32 [B, 13], already log1p(max(x, 0)): Criteo counts are heavy-tailed, and the log
-            keeps one huge count from dominating the bottom MLP.
+            keeps one huge count from dominating the bottom MLP. A table source (table_source.py)
+            has its own width, len(data.schema.dense), with the values as given.
     sparse: int64 [B, F, P] row ids, each in [0, table_sizes[f]) for feature f; P is the pooling
             (ids per multi-hot bag, fixed per source; 1 for the Criteo files).
     labels: float32 [B] in {0., 1.} (float so it feeds BCE-with-logits directly).
@@ -125,9 +133,9 @@ def concat_batches(parts: Sequence[Batch]) -> Batch:
     )
 
 
-def empty_batch(num_sparse: int, pooling: int) -> Batch:
+def empty_batch(num_sparse: int, pooling: int, num_dense: int = NUM_DENSE) -> Batch:
     return Batch(
-        torch.zeros(0, NUM_DENSE),
+        torch.zeros(0, num_dense),
         torch.zeros(0, num_sparse, pooling, dtype=torch.int64),
         torch.zeros(0),
     )
