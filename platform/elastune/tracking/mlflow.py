@@ -202,7 +202,25 @@ class SweepTracker:
             params["quality_tolerance"] = repr(record.quality_tolerance)
         self._write(state, params=params, tags=self._sweep_tags(record))
         self._client.log_text(state.run_id, yaml.safe_dump(record.spec, sort_keys=False), "spec.yaml")
+        self._log_vocabulary(state.run_id, record.spec.get("base"))
         return state.run_id
+
+    def _log_vocabulary(self, run_id: str, base: Any) -> None:
+        """A table source's vocabulary (of the spec's base config: the file and schema every trial reads)
+        as the parent run's artifact vocabulary/vocabulary.json, so a model can be served from what
+        MLflow holds. The spec was validated, so the vocabulary is in the cache: no file is re-read."""
+        data = base.get("data") if isinstance(base, dict) else None
+        if (
+            not isinstance(data, dict)
+            or data.get("source") != "table"
+            or data.get("encoding", "vocabulary") != "vocabulary"
+        ):
+            return
+        from elastune.config import DataConfig
+        from elastune.workloads.table_source import vocabulary_json
+
+        text = vocabulary_json(DataConfig.model_validate(data))
+        self._client.log_text(run_id, text, "vocabulary/vocabulary.json")
 
     def log_trial(self, record: SweepRecord, trial: TrialRecord) -> str:
         """Create or update the trial's child run (one per sweep_id and trial_id, never two)."""

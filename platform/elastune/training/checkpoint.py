@@ -105,6 +105,26 @@ def save_checkpoint(
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed write (disk full, interrupted) leaves nothing behind
         raise
+    _save_vocabulary(path, config)
+
+
+def _save_vocabulary(path: Path, config: dict[str, Any]) -> None:
+    """A table source's vocabulary beside the checkpoint (`<checkpoint>.vocab.json`): the weights'
+    rows mean nothing without the value -> id map that trained them (workloads/table_source.py)."""
+    data = config.get("data") or {}
+    if data.get("source") != "table" or data.get("encoding") != "vocabulary":
+        return
+    from elastune.config import DataConfig
+    from elastune.workloads.table_source import vocabulary_json
+
+    target = path.with_name(path.name + ".vocab.json")
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        tmp.write_text(vocabulary_json(DataConfig.model_validate(data)))
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def load_checkpoint(

@@ -91,6 +91,7 @@ __all__ = [
     "hash_id",
     "table_layout",
     "vocabulary_file",
+    "vocabulary_json",
 ]
 
 MISSING_ID = 0  # a null or empty value, and the padding of bags
@@ -378,6 +379,11 @@ def vocabulary_file(data: DataConfig) -> Path:
     return elastune_home() / "vocabularies" / f"{key}.json"
 
 
+def vocabulary_json(data: DataConfig) -> str:
+    """The vocabulary of `data` as the JSON text of its cache file (built if there is none)."""
+    return json.dumps(_vocabulary(data).to_json())
+
+
 _LOADED: dict[Path, Vocabulary] = {}  # this process's vocabularies, by cache file
 
 
@@ -496,6 +502,12 @@ def check_table_data(data: DataConfig, eval_samples: int) -> TableLayout:
     the layout (the vocabulary pass reads the whole training file), then the first rows of the
     training file and of eval_path read as a run reads them."""
     layout = table_layout(data)
+    vocab = layout.vocabulary
+    if vocab is not None and data.eval_path is None and vocab.rows <= eval_samples:
+        raise DataError(
+            f"{data.path}: has {vocab.rows} data rows, and eval.samples={eval_samples} of them are held out for "
+            "evaluation, leaving none to train on; lower eval.samples or give data.eval_path"
+        )
     source = TableSource(data, eval_samples=eval_samples, layout=layout)
     for path in (source.path, source.eval_path):
         if path is not None:
