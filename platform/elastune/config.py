@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -661,12 +661,15 @@ def _unknown_key_message(model: type[BaseModel], loc: list[str]) -> str:
 def _fields_at(model: type[BaseModel], loc: list[str]) -> list[str]:
     current: Any = model
     for part in loc:
-        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        fields = current.model_fields
+        field = fields.get(part) or next((f for f in fields.values() if f.alias == part), None)
         annotation = getattr(field, "annotation", None)
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        # a section, or an optional one (`TableSchema | None`)
+        found = [a for a in (annotation, *get_args(annotation)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not found:
             return []
-        current = annotation
-    return list(current.model_fields)
+        current = found[0]
+    return [field.alias or name for name, field in current.model_fields.items()]  # the key a config spells
 
 
 def _lookup(raw: Any, loc: Sequence[Any]) -> Any:

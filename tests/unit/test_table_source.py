@@ -329,6 +329,8 @@ def test_bad_parquet_is_exit_2_naming_the_column(tmp_path: Path, capsys: pytest.
         (["data.source=table", SCHEMA, "data.encoding=hash", "data.hash_buckets={city: 9}"], ["'device'", "'tags'"]),
         (["data.source=table", SCHEMA, "data.table_rows=[5]"], ["data.table_rows"]),
         (["data.source=table", "data.schema={label: y, categorical: [c], extra: 1}"], ["data.schema.extra"]),
+        (["data.source=table", SCHEMA, "data.shema=1"], ["did you mean 'data.schema'"]),
+        (["data.source=table", SCHEMA, "data.schema.lable=y"], ["did you mean 'data.schema.label'"]),
     ],
 )
 def test_schema_rules_are_config_errors(tmp_path: Path, sets: list[str], expected: list[str]) -> None:
@@ -408,3 +410,22 @@ def test_dlrm_learns_a_planted_signal_from_a_csv_and_keeps_the_vocabulary(
     table = capsys.readouterr().out
     for name, size in zip(layout.names, layout.sizes, strict=True):
         assert f"{name} ({size:,} rows)" in table
+
+
+def test_the_sweep_parent_run_holds_the_vocabulary(tmp_path: Path) -> None:
+    import time
+
+    from elastune.tracking.mlflow import SweepTracker
+    from elastune.tracking.records import SweepRecord
+    from mlflow import MlflowClient
+
+    path = write_csv(tmp_path / "d.csv", rows(400))
+    base = {"data": {"source": "table", "path": str(path), "schema": {"label": "y", "categorical": ["city"]}}}
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    record = SweepRecord(sweep_id="s-table", spec={"name": "s", "base": base}, status="running", started_at=time.time())
+    run_id = SweepTracker(uri).start_sweep(record)
+    local = MlflowClient(uri).download_artifacts(run_id, "vocabulary/vocabulary.json", str(tmp_path))
+    logged = json.loads(Path(local).read_text())
+    cfg = cfg_for(path, "data.schema={label: y, categorical: [city]}")
+    assert logged == json.loads(vocabulary_file(cfg.data).read_text())
+    assert logged["columns"]["city"]["values"][0] == "c0"
