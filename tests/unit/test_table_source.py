@@ -21,6 +21,7 @@ import torch
 from elastune.cli import main
 from elastune.config import RunConfig
 from elastune.errors import ConfigError
+from elastune.memory.trace import distinct_rows
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload
 from elastune.workloads.data import DataSource, concat_batches
@@ -403,7 +404,9 @@ def test_dlrm_learns_a_planted_signal_from_a_csv_and_keeps_the_vocabulary(
 
     assert main(["estimate", "--format", "json", *sets]) == 0
     est = json.loads(capsys.readouterr().out)
-    layout = table_layout(load_run_config(None, [s for s in sets if s != "--set"]).data)
+    cfg = load_run_config(None, [s for s in sets if s != "--set"])
+    assert distinct_rows(cfg), "the estimator counts distinct rows on the table's own first rows"
+    layout = table_layout(cfg.data)
     assert est["tables"]["by_name"] == dict(zip(layout.names, layout.sizes, strict=True))
     assert est["tables"]["by_name"]["city"] == 14  # c0..c11 + missing + rare
     assert main(["estimate", *sets]) == 0

@@ -61,16 +61,23 @@ def distinct_rows(cfg: RunConfig) -> dict[int, int]:
         cfg.data.model_dump_json(),
         cfg.batch.micro,
         cfg.eval.batch or cfg.batch.micro,
+        cfg.eval.samples,
     )
     return dict(_distinct_rows(*key))
 
 
 @functools.lru_cache(maxsize=64)
 def _distinct_rows(
-    workload: str, options_json: str, data_json: str, micro: int, eval_batch: int
+    workload: str, options_json: str, data_json: str, micro: int, eval_batch: int, eval_samples: int
 ) -> tuple[tuple[int, int], ...]:
+    # eval.samples: a file source holds that many rows out, and training reads start after them
     cfg = RunConfig.model_validate(
-        {"workload": workload, "workload_options": json.loads(options_json), "data": json.loads(data_json)}
+        {
+            "workload": workload,
+            "workload_options": json.loads(options_json),
+            "data": json.loads(data_json),
+            "eval": {"samples": eval_samples},
+        }
     )
     wl = build_workload(cfg)
     offsets = feature_offsets(wl.table_sizes).view(1, -1, 1)
