@@ -432,3 +432,18 @@ def test_the_sweep_parent_run_holds_the_vocabulary(tmp_path: Path) -> None:
     cfg = cfg_for(path, "data.schema={label: y, categorical: [city]}")
     assert logged == json.loads(vocabulary_file(cfg.data).read_text())
     assert logged["columns"]["city"]["values"][0] == "c0"
+
+
+def test_resume_refuses_a_file_whose_values_now_map_to_other_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_csv(tmp_path / "d.csv", rows(600))
+    ckpt = tmp_path / "run.ckpt"
+    sets = _sets(path, SCHEMA, "eval.samples=256", f"checkpoint.path={ckpt}", "checkpoint.resume=true")
+    assert main(["train", "--format", "json", *sets]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "run.ckpt.vocab.json").is_file()
+    assert main(["train", "--format", "json", *[*sets, "--set", "steps=8"]]) == 0  # same data: resumes
+    capsys.readouterr()
+    write_csv(path, rows(600, seed=9))  # new contents: the cities' counts, so their ids, change
+    _refused(capsys, ["train", *sets], "checkpoint.path", "run.ckpt.vocab.json", "other rows")

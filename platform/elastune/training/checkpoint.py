@@ -18,6 +18,7 @@ empty), so a typo cannot replace a file elastune did not write.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -72,6 +73,7 @@ def check_checkpoint(ckpt: CheckpointConfig, config: dict[str, Any], *, writes: 
         return  # a new file: resume starts from scratch, as its description says
     if ckpt.resume:
         _read(path, config, mmap=True)  # mmap: the check reads the structure, not every tensor
+        _check_vocabulary(path, config)
     elif writes and not _is_empty(path) and not _is_checkpoint(path):
         raise _problem(
             path,
@@ -108,19 +110,47 @@ def save_checkpoint(
     _save_vocabulary(path, config)
 
 
-def _save_vocabulary(path: Path, config: dict[str, Any]) -> None:
-    """A table source's vocabulary beside the checkpoint (`<checkpoint>.vocab.json`): the weights'
-    rows mean nothing without the value -> id map that trained them (workloads/table_source.py)."""
+def _vocabulary_of(config: dict[str, Any]) -> str | None:
+    """The JSON text of a table source's vocabulary (workloads/table_source.py); None for other data."""
     data = config.get("data") or {}
     if data.get("source") != "table" or data.get("encoding") != "vocabulary":
-        return
+        return None
     from elastune.config import DataConfig
     from elastune.workloads.table_source import vocabulary_json
 
+    return vocabulary_json(DataConfig.model_validate(data))
+
+
+def _check_vocabulary(path: Path, config: dict[str, Any]) -> None:
+    """A run resumed on a table source must number the values as the checkpoint's run did: the
+    same config can read a file whose contents changed since, and then every row id would move."""
+    beside = path.with_name(path.name + ".vocab.json")
+    current = _vocabulary_of(config)
+    if current is None or not beside.is_file():
+        return
+    try:
+        saved = json.loads(beside.read_text()).get("columns")
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    now = json.loads(current)["columns"]
+    if saved is None or {c: d.get("values") for c, d in saved.items()} != {c: d["values"] for c, d in now.items()}:
+        raise _problem(
+            path,
+            f"was trained with the vocabulary in {str(beside)!r}, and data.path's values now map to other rows "
+            "(the file changed since); resume on the data it was trained on, or point checkpoint.path at a new file",
+        )
+
+
+def _save_vocabulary(path: Path, config: dict[str, Any]) -> None:
+    """A table source's vocabulary beside the checkpoint (`<checkpoint>.vocab.json`): the weights'
+    rows mean nothing without the value -> id map that trained them (workloads/table_source.py)."""
+    text = _vocabulary_of(config)
+    if text is None:
+        return
     target = path.with_name(path.name + ".vocab.json")
     tmp = target.with_name(target.name + ".tmp")
     try:
-        tmp.write_text(vocabulary_json(DataConfig.model_validate(data)))
+        tmp.write_text(text)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
