@@ -447,3 +447,19 @@ def test_resume_refuses_a_file_whose_values_now_map_to_other_rows(
     capsys.readouterr()
     write_csv(path, rows(600, seed=9))  # new contents: the cities' counts, so their ids, change
     _refused(capsys, ["train", *sets], "checkpoint.path", "run.ckpt.vocab.json", "other rows")
+
+
+def test_tsv_gz_and_a_csv_with_a_byte_order_mark_read_as_the_plain_csv(tmp_path: Path) -> None:
+    import gzip
+
+    plain = write_csv(tmp_path / "d.csv", rows(400))
+    text = plain.read_text()
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    tsv = tmp_path / "d.tsv.gz"
+    with gzip.open(tsv, "wt") as f:
+        f.write(text.replace(",", "\t"))
+    want = source(cfg_for(plain)).read(0, 144)
+    for other in (bom, tsv):
+        got = source(cfg_for(other)).read(0, 144)
+        assert same(got.sparse, want.sparse) and same(got.dense, want.dense) and same(got.labels, want.labels)

@@ -183,8 +183,8 @@ def _check_type(path: Path, name: str, role: str, t: pa.DataType) -> None:
 
 def _open_text(path: Path) -> IO[str]:
     if path.name.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
-    return open(path, encoding="utf-8", errors="replace", newline="")
+        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
+    return open(path, encoding="utf-8-sig", errors="replace", newline="")  # -sig: a BOM is not in the first name
 
 
 def _delimiter(path: Path) -> str:
