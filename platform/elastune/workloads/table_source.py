@@ -500,8 +500,12 @@ def table_layout(data: DataConfig) -> TableLayout:
 def check_table_data(data: DataConfig, eval_samples: int) -> TableLayout:
     """Every problem validation can find before a run starts (DataError naming file and column):
     the layout (the vocabulary pass reads the whole training file), then the first rows of the
-    training file and of eval_path read as a run reads them."""
+    training file and of eval_path read as a run reads them. Checked once per process for the same
+    files (by size and mtime) and settings: a sweep spec's validation asks for every corner config."""
+    key = _check_key(data, eval_samples)
     layout = table_layout(data)
+    if key in _CHECKED:
+        return layout
     vocab = layout.vocabulary
     if vocab is not None and data.eval_path is None and vocab.rows <= eval_samples:
         raise DataError(
@@ -514,7 +518,17 @@ def check_table_data(data: DataConfig, eval_samples: int) -> TableLayout:
             first = next(source._parse(path), None)
             if first is None or len(first.batch) == 0:
                 raise _empty(path)
+    _CHECKED.add(key)
     return layout
+
+
+_CHECKED: set[str] = set()  # check_table_data's passes in this process
+
+
+def _check_key(data: DataConfig, eval_samples: int) -> str:
+    files = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in (data.path, data.eval_path) if p]
+    settings = data.model_dump(mode="json", include={"table_schema", "encoding", "min_count", "hash_buckets"})
+    return json.dumps([files, settings, eval_samples], sort_keys=True)
 
 
 class TableSource(_FileSource):
