@@ -25,7 +25,9 @@ def bench_modules(monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
 def test_results_md_is_what_the_records_render_to() -> None:
     done = subprocess.run([sys.executable, str(BENCH / "render.py"), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert len((BENCH / "RESULTS.md").read_text().splitlines()) < 200
+    lines = (BENCH / "RESULTS.md").read_text().splitlines()
+    benchmarks = sum(line.startswith("## ") for line in lines)
+    assert len(lines) < 20 + 16 * benchmarks  # short: a header, then one table per benchmark
 
 
 def test_every_record_names_its_machine_commit_date_and_command(bench_modules: tuple[object, object]) -> None:
