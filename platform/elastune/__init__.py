@@ -15,11 +15,13 @@ __all__ = [
     "EmbeddingConfig",
     "QualityMetric",
     "RunConfig",
+    "TableSource",
     "TableSpec",
     "Workload",
     "__version__",
     "build_tables",
     "swap_embeddings",
+    "table_layout",
 ]
 
 _LAZY = {
@@ -30,6 +32,8 @@ _LAZY = {
     "build_tables": "elastune.embeddings.tables",
     "Workload": "elastune.workloads.base",
     "QualityMetric": "elastune.workloads.quality",
+    "TableSource": "elastune.workloads.table_source",
+    "table_layout": "elastune.workloads.table_source",
 }
 
 if TYPE_CHECKING:
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     from elastune.embeddings.tables import TableSpec, build_tables
     from elastune.workloads.base import Workload
     from elastune.workloads.quality import QualityMetric
+    from elastune.workloads.table_source import TableSource, table_layout
 
 
 def __getattr__(name: str) -> Any:

@@ -6,7 +6,7 @@ and a user's score for a movie is the dot product. Training is either
 
 * `loss: in_batch` (the default): a softmax over the batch, every other movie in the batch a
   negative (the sampled-softmax recipe of YouTube's and Google's retrieval towers), judged by
-  recall@10 over the whole catalogue, higher is better; or
+  recall@10 among the movies of the held-out set, higher is better; or
 * `loss: bce`: labelled watches and non-watches (a share `negatives` of the stream), binary
   cross-entropy, judged by eval log loss, lower is better.
 
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from elastune import QualityMetric, RunConfig, TableSpec, build_tables
-from elastune.workloads.data import Batch
+from elastune import QualityMetric, RunConfig, TableSource, TableSpec, build_tables, table_layout
+from elastune.workloads.data import Batch, DataSource
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.nn import functional as F
@@ -30,11 +31,9 @@ from torch.nn import functional as F
 from two_tower.data import (
     AGES,
     DENSE,
-    FEATURES,
     GENDERS,
     GENRES,
     OCCUPATIONS,
-    USER_FEATURES,
     YEARS,
     ZIPS,
     Interactions,
@@ -50,33 +49,59 @@ class TwoTowerOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    users: int = Field(300_000, ge=2, le=50_000_000, description="Distinct users (rows of the user_id table).")
-    movies: int = Field(10_000, ge=K, le=5_000_000, description="Distinct movies (rows of the movie_id table).")
+    users: int = Field(300_000, ge=2, le=50_000_000, description="Generated data: distinct users (user_id rows).")
+    movies: int = Field(10_000, ge=K, le=5_000_000, description="Generated data: distinct movies (movie_id rows).")
     tower: list[int] = Field([128, 64], min_length=1, max_length=8, description="Each tower's MLP widths.")
     loss: Literal["in_batch", "bce"] = "in_batch"
     temperature: float = Field(0.1, gt=0, le=10, description="Softmax temperature of in-batch negatives.")
-    negatives: float = Field(0.5, ge=0, lt=1, description="Share of non-watches in the stream under bce.")
+    negatives: float = Field(0.5, ge=0, lt=1, description="Generated data: share of non-watches under bce.")
+    item_columns: list[str] = Field(
+        ["movie_id", "genres", "year"],
+        min_length=1,
+        max_length=64,
+        description="data.source: table: the columns (categorical, multi_hot or dense) the item tower reads, the "
+        "item's id first (recall@10 ranks by it); every other column of data.schema is the user's.",
+    )
+
+
+@dataclass(frozen=True)
+class Towers:
+    """Which features (columns of Batch.sparse) and dense columns each tower reads."""
+
+    user: list[int]
+    item: list[int]
+    user_dense: list[int]
+    item_dense: list[int]
+    item_id: int  # the feature whose id names the item
+
+
+GENERATED = Towers(user=[0, 1, 2, 3, 4], item=[5, 6, 7, 8], user_dense=[0], item_dense=[1], item_id=5)
 
 
 class TwoTower(nn.Module):
-    def __init__(self, embeddings: nn.Module, dim: int, tower: list[int]) -> None:
+    def __init__(self, embeddings: nn.Module, dim: int, tower: list[int], towers: Towers) -> None:
         super().__init__()
         self.embeddings = embeddings
-        users, items = len(USER_FEATURES), len(FEATURES) - len(USER_FEATURES)
-        self.user_tower = _mlp([users * dim + 1, *tower])
-        self.item_tower = _mlp([items * dim + 1, *tower])
+        for name in ("user", "item", "user_dense", "item_dense"):
+            self.register_buffer(f"_{name}", torch.tensor(getattr(towers, name), dtype=torch.int64), persistent=False)
+        self.user_tower = _mlp([len(towers.user) * dim + len(towers.user_dense), *tower])
+        self.item_tower = _mlp([len(towers.item) * dim + len(towers.item_dense), *tower])
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(user vectors, movie vectors), each [B, tower[-1]]."""
+        """(user vectors, item vectors), each [B, tower[-1]]."""
         vectors = self.embeddings(sparse)  # [B, features, dim]
-        split = len(USER_FEATURES)
-        return self.user(vectors[:, :split], dense), self.item(vectors[:, split:], dense)
+        return (
+            self._side(self.user_tower, vectors, dense, self._user, self._user_dense),
+            self._side(self.item_tower, vectors, dense, self._item, self._item_dense),
+        )
 
-    def user(self, vectors: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        return self.user_tower(torch.cat([vectors.flatten(1), dense[:, :1].to(vectors.dtype)], dim=1))
-
-    def item(self, vectors: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-        return self.item_tower(torch.cat([vectors.flatten(1), dense[:, 1:].to(vectors.dtype)], dim=1))
+    @staticmethod
+    def _side(
+        mlp: nn.Module, vectors: torch.Tensor, dense: torch.Tensor, features: torch.Tensor, columns: torch.Tensor
+    ) -> torch.Tensor:
+        x = torch.cat([vectors[:, features].flatten(1), dense[:, columns].to(vectors.dtype)], dim=1)
+        out: torch.Tensor = mlp(x)
+        return out
 
 
 def _mlp(widths: list[int]) -> nn.Sequential:
@@ -87,39 +112,55 @@ def _mlp(widths: list[int]) -> nn.Sequential:
 
 
 class TwoTowerWorkload:
+    """On generated MovieLens-style data (data.source: synthetic, the default) or on your own file
+    of interactions through elastune's table source (data.source: table, data.schema), with the
+    towers split by `item_columns`."""
+
     def __init__(self, cfg: RunConfig, options: TwoTowerOptions) -> None:
         self.cfg, self.options = cfg, options
         self.quality = (
             QualityMetric("recall_at_10", "max") if options.loss == "in_batch" else QualityMetric("logloss", "min")
         )
-        o = options
-        self.table_sizes = (o.users, AGES, GENDERS, OCCUPATIONS, ZIPS, o.movies, GENRES, GENRES, YEARS)
-        self._source: Interactions | None = None
-
-    @property
-    def tables(self) -> list[TableSpec]:
-        dim = self.cfg.model.embedding_dim
-        return [
-            TableSpec("user_id", self.options.users, dim),
-            TableSpec("age", AGES, dim),
-            TableSpec("gender", GENDERS, dim),
-            TableSpec("occupation", OCCUPATIONS, dim),
-            TableSpec("zip", ZIPS, dim),
-            TableSpec("movie_id", self.options.movies, dim),
-            TableSpec("genres", GENRES, dim, features=("genre_1", "genre_2")),  # one table, two features
-            TableSpec("year", YEARS, dim),
-        ]
+        dim = cfg.model.embedding_dim
+        self._source: DataSource | None = None
+        if cfg.data.source == "table":
+            self._layout = table_layout(cfg.data)
+            self.towers, self.num_dense = _split(cfg, options, self._layout.names)
+            self.pooling = self._layout.pooling
+            self.tables = [
+                TableSpec(name, rows, dim, pooling=self.pooling)
+                for name, rows in zip(self._layout.names, self._layout.sizes, strict=True)
+            ]
+        elif cfg.data.source == "synthetic":
+            o = options
+            self.towers, self.num_dense, self.pooling = GENERATED, DENSE, 1
+            self.tables = [
+                TableSpec("user_id", o.users, dim),
+                TableSpec("age", AGES, dim),
+                TableSpec("gender", GENDERS, dim),
+                TableSpec("occupation", OCCUPATIONS, dim),
+                TableSpec("zip", ZIPS, dim),
+                TableSpec("movie_id", o.movies, dim),
+                TableSpec("genres", GENRES, dim, features=("genre_1", "genre_2")),  # one table, two features
+                TableSpec("year", YEARS, dim),
+            ]
+        else:
+            raise ValueError(f"data.source={cfg.data.source!r}: the two towers read synthetic or table data")
+        self.table_sizes = tuple(t.rows for t in self.tables for _ in t.looked_up_by)
 
     def build_model(self) -> nn.Module:
         embeddings = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
-        return TwoTower(embeddings, self.cfg.model.embedding_dim, self.options.tower)
+        return TwoTower(embeddings, self.cfg.model.embedding_dim, self.options.tower, self.towers)
 
-    def data_source(self) -> Interactions:
+    def data_source(self) -> DataSource:
         if self._source is None:
-            negatives = self.options.negatives if self.options.loss == "bce" else 0.0
-            self._source = Interactions(
-                self.options.users, self.options.movies, seed=self.cfg.data.seed, negatives=negatives
-            )
+            if self.cfg.data.source == "table":
+                self._source = TableSource(self.cfg.data, eval_samples=self.cfg.eval.samples, layout=self._layout)
+            else:
+                negatives = self.options.negatives if self.options.loss == "bce" else 0.0
+                self._source = Interactions(
+                    self.options.users, self.options.movies, seed=self.cfg.data.seed, negatives=negatives
+                )
         return self._source
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -127,64 +168,85 @@ class TwoTowerWorkload:
         if self.options.loss == "bce":
             return F.binary_cross_entropy_with_logits((user * item).sum(dim=1).float(), batch.labels)
         logits = (user @ item.T).float() / self.options.temperature  # row i's positive is column i
-        # logQ correction (Yi et al. 2019): a popular movie is every row's negative far more often
-        # than a rare one; subtracting the log of its sampling frequency keeps the softmax from
-        # learning to rank popular movies down.
-        logits = logits - self._log_frequency(batch)[None, :]
-        return F.cross_entropy(logits, torch.arange(len(batch), device=logits.device))
-
-    def _log_frequency(self, batch: Batch) -> torch.Tensor:
-        """log of each batch movie's share of watches, from its popularity column (data.py: dense)."""
-        return batch.dense[:, 1].float() * 4.0 - math.log(self.options.movies)
+        if self.cfg.data.source == "synthetic":
+            # logQ correction (Yi et al. 2019): a popular movie is every row's negative far more
+            # often than a rare one; subtracting the log of its sampling frequency keeps the softmax
+            # from learning to rank popular movies down. (Generated data knows each movie's
+            # frequency: its popularity column; a table has no such column.)
+            logits = logits - (batch.dense[:, 1].float() * 4.0 - math.log(self.options.movies))[None, :]
+        # A table may hold non-watches too: they serve as negatives only (weighted out, not masked
+        # out: the estimator traces this under fake tensors, where a data-dependent shape cannot be).
+        per_row = F.cross_entropy(logits, torch.arange(len(batch), device=logits.device), reduction="none")
+        watched = (batch.labels > 0.5).float()
+        return (per_row * watched).sum() / watched.sum().clamp(min=1.0)
 
     def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         user, item = model(batch.dense, batch.sparse)
         return torch.sigmoid((user * item).sum(dim=1).float())
 
     def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
-        """recall@10 of each watch against the whole catalogue (and, under bce, eval log loss).
+        """recall@10 of each held-out watch among every item of the held-out set (and, under bce,
+        eval log loss).
 
         The estimator prices evaluation by tracing `predict` on one eval batch, not this method, so
-        it works in slices (64 users x the catalogue, 1024 movies at a time) whose memory stays
-        below a training step's: a run's peak stays the training step's, which is what is priced."""
-        catalogue = None
-        hits = watches = 0
-        loss_sum, seen = 0.0, 0
+        it keeps little: one vector per held-out row, and 64 users x the candidates scored at a time."""
+        users, items, ids, watched = [], [], [], []
+        loss_sum = 0.0
         for batch in batches:
-            if catalogue is None:
-                catalogue = self._catalogue_vectors(model, batch.sparse.device)
             user, item = model(batch.dense, batch.sparse)
+            users.append(user.float())
+            items.append(item.float())
+            ids.append(batch.sparse[:, self.towers.item_id, 0])
+            watched.append(batch.labels > 0.5)
             if self.options.loss == "bce":
                 logits = (user * item).sum(dim=1).float()
                 loss_sum += float(F.binary_cross_entropy_with_logits(logits, batch.labels, reduction="sum"))
-                seen += len(batch)
-            watched = batch.labels > 0.5
-            movie = batch.sparse[:, len(USER_FEATURES), 0]
-            for rows in torch.split(torch.nonzero(watched).squeeze(1), 64):  # small score matrices (see below)
-                top = (user[rows].float() @ catalogue.T).topk(K, dim=1).indices
-                hits += int((top == movie[rows, None]).any(dim=1).sum())
-                watches += len(rows)
-        metrics = {"recall_at_10": hits / max(watches, 1)}
+        user_v, item_v, item_id, seen = torch.cat(users), torch.cat(items), torch.cat(ids), torch.cat(watched)
+        # The candidates: each distinct item of the held-out set once (its first row's vector).
+        distinct, position = torch.unique(item_id, return_inverse=True)
+        first = torch.full((len(distinct),), len(item_id), device=item_id.device)
+        first = first.scatter_reduce(0, position, torch.arange(len(item_id), device=item_id.device), "amin")
+        candidates = item_v[first]
+        hits = 0
+        for rows in torch.split(torch.nonzero(seen).squeeze(1), 64):
+            top = (user_v[rows] @ candidates.T).topk(min(K, len(candidates)), dim=1).indices
+            hits += int((top == position[rows, None]).any(dim=1).sum())
+        metrics = {"recall_at_10": hits / max(int(seen.sum()), 1)}
         if self.options.loss == "bce":
-            metrics["logloss"] = loss_sum / max(seen, 1)
+            metrics["logloss"] = loss_sum / max(len(item_id), 1)
         return metrics
 
-    def _catalogue_vectors(self, model: nn.Module, device: torch.device) -> torch.Tensor:
-        """Every movie's item-tower vector, [movies, tower[-1]] in fp32."""
-        c = self.data_source().catalogue
-        movies = torch.arange(self.options.movies)
-        columns = torch.from_numpy(c.movies)
-        ids = torch.cat([movies[:, None], columns], dim=1)[:, :, None].to(device)  # [M, 4, 1]
-        user_ids = torch.zeros(len(movies), len(USER_FEATURES), 1, dtype=torch.int64, device=device)
-        dense = torch.from_numpy(c.dense(torch.zeros(len(movies), dtype=torch.int64).numpy(), movies.numpy()))
-        vectors = [
-            model(d, torch.cat([u, i], dim=1))[1].float()
-            for d, u, i in zip(dense.to(device).split(1024), user_ids.split(1024), ids.split(1024), strict=True)
-        ]
-        return torch.cat(vectors)
-
     def example_batch(self, n: int) -> Batch:
-        return Batch(torch.empty(n, DENSE), torch.zeros(n, len(FEATURES), 1, dtype=torch.int64), torch.empty(n))
+        features = len(self.table_sizes)
+        return Batch(
+            torch.empty(n, self.num_dense), torch.zeros(n, features, self.pooling, dtype=torch.int64), torch.empty(n)
+        )
+
+
+def _split(cfg: RunConfig, options: TwoTowerOptions, features: tuple[str, ...]) -> tuple[Towers, int]:
+    """The towers of a table source's columns; a column named in item_columns that the schema does
+    not have is an error naming it."""
+    schema = cfg.data.table_schema
+    assert schema is not None
+    dense = list(schema.dense)
+    unknown = [c for c in options.item_columns if c not in features and c not in dense]
+    if unknown or options.item_columns[0] not in features:
+        raise ValueError(
+            f"workload_options.item_columns={options.item_columns}: "
+            + (f"{', '.join(unknown)} not in data.schema; " if unknown else "")
+            + f"the first must be the item's id, a categorical column of data.schema ({', '.join(features)})"
+        )
+    item = set(options.item_columns)
+    towers = Towers(
+        user=[i for i, f in enumerate(features) if f not in item],
+        item=[i for i, f in enumerate(features) if f in item],
+        user_dense=[i for i, c in enumerate(dense) if c not in item],
+        item_dense=[i for i, c in enumerate(dense) if c in item],
+        item_id=features.index(options.item_columns[0]),
+    )
+    if not towers.user:
+        raise ValueError(f"workload_options.item_columns={options.item_columns}: leaves the user tower no column")
+    return towers, len(dense)
 
 
 def make_workload(cfg: RunConfig, options: TwoTowerOptions) -> TwoTowerWorkload:
