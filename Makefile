@@ -34,8 +34,8 @@ test-fast: install
 	$(PY) -m pytest -m "not integration and not slow"
 
 lint: install
-	$(VENV)/bin/ruff check platform jobs ui tests bench
-	$(VENV)/bin/ruff format --check platform jobs ui tests bench
+	$(VENV)/bin/ruff check platform jobs ui tests bench examples
+	$(VENV)/bin/ruff format --check platform jobs ui tests bench examples
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
