@@ -12,7 +12,14 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["gcs_probe", "loopback_only_ray", "ray_dial_host", "torch_backend_base", "trainer_without_callbacks"]
+__all__ = [
+    "gcs_probe",
+    "is_fake",
+    "loopback_only_ray",
+    "ray_dial_host",
+    "torch_backend_base",
+    "trainer_without_callbacks",
+]
 
 # ---------------------------------------------------------------------------------------------
 # Ray (checked against Ray 2.60)
@@ -80,3 +87,16 @@ def trainer_without_callbacks(dropped: frozenset[str]) -> type:
             return [cb for cb in callbacks if type(cb).__name__ not in dropped]
 
     return Trainer
+
+
+# ---------------------------------------------------------------------------------------------
+# torch (checked against torch 2.13)
+
+
+def is_fake(tensor: Any) -> bool:
+    """Whether `tensor` is a fake tensor (the estimator traces a step under FakeTensorMode): a
+    workload that sizes its work by the data (dynamic padding reads the longest sequence) must
+    price the worst case instead, since a fake tensor has no values. torch has no public test."""
+    from torch._subclasses.fake_tensor import is_fake as torch_is_fake
+
+    return bool(torch_is_fake(tensor))

@@ -134,6 +134,11 @@ class DataConfig(_Section):
         serialize_by_alias=True,
     )
 
+    padding: Literal["static", "dynamic"] = Field(
+        "static",
+        description="workload lm: pad sequences to the context length (static) or to the longest of the "
+        "micro-batch (dynamic).",
+    )
     source: Literal["synthetic", "criteo_tsv", "parquet", "table"] = Field(
         "synthetic",
         description="synthetic | criteo_tsv | parquet (Criteo's columns) | table (your own columns: "
@@ -293,6 +298,16 @@ class ModelConfig(_Section):
     top_mlp: list[int] = Field(
         default_factory=lambda: [64, 32], max_length=16, description="Hidden widths; a last layer maps to 1 logit."
     )
+    # Sequence models (workload: lm)
+    tie_embeddings: bool = Field(
+        False, description="workload lm: the output projection is the token table (half the vocabulary parameters)."
+    )
+    activation_checkpointing: Literal["none", "every_block", "every_n"] = Field(
+        "none",
+        description="workload lm: recompute blocks' activations in the backward (torch.utils.checkpoint): every "
+        "block, or every checkpoint_every-th; less memory, more compute.",
+    )
+    checkpoint_every: int = Field(2, ge=1, le=64, description="every_n: checkpoint one block in this many.")
 
     @field_validator("bottom_mlp", "top_mlp")
     @classmethod

@@ -47,3 +47,13 @@ def test_the_trainer_drops_exactly_the_named_default_callbacks() -> None:
     trainer_class = compat.trainer_without_callbacks(frozenset({"PlacementGroupCleanerCallback"}))
     assert issubclass(trainer_class, TorchTrainer)
     assert callable(getattr(TorchTrainer, "_create_default_callbacks", None)), "Ray Train renamed its hook"
+
+
+def test_a_fake_tensor_is_told_from_a_real_one() -> None:
+    import torch
+    from elastune.compat import is_fake
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert not is_fake(torch.zeros(2))
+    with FakeTensorMode():
+        assert is_fake(torch.zeros(2))

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from elastune.config import RunConfig
 from elastune.workloads.base import DLRMWorkload, Workload
+from elastune.workloads.lm import lm_only_settings, make_lm
 from elastune.workloads.quality import quality_of
 
 __all__ = ["ENTRY_POINT_GROUP", "WorkloadError", "WorkloadFactory", "build_workload", "resolve", "workload_names"]
@@ -45,10 +46,12 @@ class WorkloadError(ValueError):
 
 
 def _dlrm(cfg: RunConfig, options: Any) -> Workload:
+    for field, value in lm_only_settings(cfg):
+        raise WorkloadError(field, value, f"only workload lm reads {field}; drop it or set workload=lm")
     return DLRMWorkload(cfg)
 
 
-_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm}
+_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm, "lm": make_lm}
 
 
 def workload_names() -> list[str]:

@@ -1,0 +1,281 @@
+"""`workload: lm`: a small decoder-only transformer language model, the second built-in workload.
+
+It is written on the public workload API alone (`TableSpec`, `build_tables`, `QualityMetric`,
+`evaluate`): the vocabulary embedding is a table of the run's strategy, so `embedding.strategy`
+(full, half, int8, hashed), the row-wise optimizers and the estimator apply to it as to DLRM's.
+
+A sequence travels in a `Batch` as
+- sparse: int64 [B, 1, context], the token ids, right-padded with PAD (0);
+- dense: float32 [B, 1], the sequence's real length (its tokens; at least 2);
+- labels: unused (zeros): the targets are the tokens shifted by one.
+
+Knobs (run-config fields a sweep can search):
+- `data.padding: static | dynamic`: attend over the whole context, or only up to the longest
+  sequence of the micro-batch. Right padding under a causal mask never changes a real token's
+  output, so both give the same loss; dynamic does less work where sequences are short. The
+  estimator prices the longest batch it can see, a full context (a fake tensor has no lengths).
+- `model.activation_checkpointing: none | every_block | every_n` (`model.checkpoint_every`): the
+  blocks' activations are recomputed in the backward instead of kept (torch.utils.checkpoint).
+- `model.tie_embeddings`: the output projection is the token table's weight (strategy `full`
+  only: the others store rows in a form a matmul cannot take).
+Quality: eval perplexity over the held-out sequences' real tokens, lower is better.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+
+from elastune.compat import is_fake
+from elastune.config import RunConfig
+from elastune.embeddings.tables import TableSpec, build_tables
+from elastune.workloads.data import Batch
+from elastune.workloads.quality import QualityMetric
+
+__all__ = ["LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
+
+PAD = 0
+CHUNK = 1024  # sequences per generated chunk
+
+
+class LMOptions(BaseModel):
+    """`workload_options` of `workload: lm` (the width is `model.embedding_dim`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layers: int = Field(2, ge=1, le=96, description="Transformer blocks.")
+    heads: int = Field(4, ge=1, le=128, description="Attention heads; model.embedding_dim must divide by it.")
+    context: int = Field(128, ge=8, le=32768, description="Longest sequence (tokens).")
+    vocab: int = Field(4096, ge=16, le=2_000_000, description="Vocabulary size of the synthetic text.")
+    mean_length: float = Field(
+        40.0, gt=2, le=32768, description="Synthetic text: mean sequence length (log-normal, clipped to context)."
+    )
+
+
+class SyntheticText:
+    """Token sequences with a realistic length spread and a learnable structure (implements
+    DataSource): lengths are log-normal around `mean_length` (sigma 0.8, as documents are),
+    clipped to [2, context]; a token follows its predecessor by a fixed rule (t -> 7t + 3 mod V)
+    with probability 0.6, else is drawn Zipf-skewed. A pure function of position: sequence k comes
+    from chunk k // CHUNK, seeded by (seed, split, chunk)."""
+
+    pooling: int
+
+    def __init__(self, vocab: int, context: int, mean_length: float, seed: int = 0) -> None:
+        self.vocab, self.context, self.mean_length, self.seed = vocab, context, mean_length, seed
+        self.table_sizes: tuple[int, ...] = (vocab,)
+        self.pooling = context
+        ranks = np.arange(1, vocab, dtype=np.float64)  # id 0 is PAD, never a token
+        self._zipf = ranks**-1.1 / (ranks**-1.1).sum()
+        self._recent: dict[tuple[int, int], Batch] = {}
+
+    def read(self, start: int, n: int) -> Batch:
+        return self._read(0, start, n)
+
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
+        for start in range(0, n, batch_size):
+            yield self._read(1, start, min(batch_size, n - start))
+
+    def _read(self, split: int, start: int, n: int) -> Batch:
+        if start < 0 or n < 0:
+            raise ValueError(f"read(start={start}, n={n}): start and n must be >= 0")
+        parts = []
+        for index in range(start // CHUNK, (start + n - 1) // CHUNK + 1) if n else ():
+            lo, hi = max(start - index * CHUNK, 0), min(start + n - index * CHUNK, CHUNK)
+            parts.append(self._chunk(split, index).slice(lo, hi))
+        if not parts:
+            return Batch(torch.zeros(0, 1), torch.zeros(0, 1, self.context, dtype=torch.int64), torch.zeros(0))
+        return Batch(*(torch.cat([getattr(p, f) for p in parts]) for f in ("dense", "sparse", "labels")))
+
+    def _chunk(self, split: int, index: int) -> Batch:
+        key = (split, index)
+        if key not in self._recent:
+            if len(self._recent) >= 4:
+                self._recent.pop(next(iter(self._recent)))
+            self._recent[key] = self._generate(split, index)
+        return self._recent[key]
+
+    def _generate(self, split: int, index: int) -> Batch:
+        rng = np.random.default_rng([self.seed, split, index])
+        sigma = 0.8
+        mu = math.log(self.mean_length) - sigma**2 / 2  # the log-normal's mean is mean_length
+        lengths = np.clip(np.rint(rng.lognormal(mu, sigma, CHUNK)), 2, self.context).astype(np.int64)
+        drawn = rng.choice(self.vocab - 1, (CHUNK, self.context), p=self._zipf) + 1
+        follow = rng.random((CHUNK, self.context)) < 0.6
+        tokens = np.empty((CHUNK, self.context), dtype=np.int64)
+        tokens[:, 0] = drawn[:, 0]
+        for t in range(1, self.context):  # one column at a time: each token may follow the last
+            rule = (tokens[:, t - 1] * 7 + 3) % (self.vocab - 1) + 1
+            tokens[:, t] = np.where(follow[:, t], rule, drawn[:, t])
+        tokens[np.arange(self.context)[None, :] >= lengths[:, None]] = PAD
+        return Batch(
+            torch.from_numpy(lengths.astype(np.float32)[:, None]),
+            torch.from_numpy(tokens[:, None, :]),
+            torch.zeros(CHUNK),
+        )
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention, then a 4x MLP."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, w = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # right padding: never read by real tokens
+        x = x + self.proj(attended.transpose(1, 2).reshape(b, t, w))
+        return x + self.mlp(self.norm2(x))
+
+
+class TransformerLM(nn.Module):
+    def __init__(
+        self,
+        embeddings: nn.Module,
+        vocab: int,
+        width: int,
+        options: LMOptions,
+        *,
+        tie: bool,
+        checkpointing: str,
+        every: int,
+    ) -> None:
+        super().__init__()
+        self.embeddings = embeddings
+        self.position = nn.Embedding(options.context, width)
+        self.blocks = nn.ModuleList(Block(width, options.heads) for _ in range(options.layers))
+        self.norm = nn.LayerNorm(width)
+        self.tied = tie
+        self.output = None if tie else nn.Linear(width, vocab, bias=False)
+        # which blocks recompute their activations in the backward
+        self.checkpointed = [
+            checkpointing == "every_block" or (checkpointing == "every_n" and i % every == every - 1)
+            for i in range(options.layers)
+        ]
+
+    def output_weight(self) -> torch.Tensor:
+        """[vocab, width]: the token table itself when tied."""
+        if self.output is not None:
+            return self.output.weight
+        return cast(torch.Tensor, self.embeddings.bag.weight)  # type: ignore[union-attr]  # `full` (checked)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, vocab]."""
+        b, t = tokens.shape
+        x = self.embeddings(tokens.reshape(b * t, 1, 1)).view(b, t, -1)
+        x = x + self.position.weight[:t]
+        for block, recompute in zip(self.blocks, self.checkpointed, strict=True):
+            x = checkpoint(block, x, use_reentrant=False) if recompute and self.training else block(x)
+        return cast(torch.Tensor, self.norm(x) @ self.output_weight().T.to(x.dtype))
+
+
+class LMWorkload:
+    quality = QualityMetric("perplexity", "min")
+
+    def __init__(self, cfg: RunConfig, options: LMOptions) -> None:
+        self.cfg, self.options = cfg, options
+        width = cfg.model.embedding_dim
+        if width % options.heads:
+            raise ValueError(
+                f"model.embedding_dim={width} does not divide into workload_options.heads={options.heads}; "
+                "choose a width that is a multiple of the heads"
+            )
+        if cfg.model.tie_embeddings and cfg.embedding.strategy != "full":
+            raise ValueError(
+                f"model.tie_embeddings needs embedding.strategy=full, not {cfg.embedding.strategy!r}: the output "
+                "projection multiplies by the table, which other strategies do not store as a matrix"
+            )
+        if cfg.model.tie_embeddings and cfg.optimizer.sparse != "adam":
+            raise ValueError(
+                f"model.tie_embeddings needs optimizer.sparse=adam, not {cfg.optimizer.sparse!r}: the output "
+                "projection gives the tied table a dense gradient, which a row-wise optimizer cannot take"
+            )
+        self.tables = [TableSpec("tokens", options.vocab, width)]
+        self.table_sizes: tuple[int, ...] = (options.vocab,)
+
+    def build_model(self) -> nn.Module:
+        m = self.cfg.model
+        embeddings = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
+        return TransformerLM(
+            embeddings,
+            self.options.vocab,
+            m.embedding_dim,
+            self.options,
+            tie=m.tie_embeddings,
+            checkpointing=m.activation_checkpointing,
+            every=m.checkpoint_every,
+        )
+
+    def data_source(self) -> SyntheticText:
+        o = self.options
+        return SyntheticText(o.vocab, o.context, min(o.mean_length, o.context), seed=self.cfg.data.seed)
+
+    def _tokens(self, batch: Batch) -> torch.Tensor:
+        """[B, T]: under dynamic padding only up to the micro-batch's longest sequence (a traced,
+        fake batch has no lengths: the estimator prices a full context)."""
+        tokens = batch.sparse[:, 0, :]
+        if self.cfg.data.padding == "dynamic" and not is_fake(batch.dense) and len(batch):
+            tokens = tokens[:, : int(batch.dense.max())]
+        return tokens
+
+    def _token_losses(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed next-token loss over real tokens, count of real targets)."""
+        tokens = self._tokens(batch)
+        logits = model(tokens[:, :-1])
+        targets = tokens[:, 1:]
+        losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+        real = (targets != PAD).float()
+        return (losses * real).sum(), real.sum()
+
+    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        total, count = self._token_losses(model, batch)
+        return total / count.clamp(min=1.0)
+
+    def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+        """Each sequence's mean next-token probability of its real tokens (not a click probability)."""
+        total, count = self._token_losses(model, batch)
+        return torch.exp(-total / count.clamp(min=1.0)).expand(len(batch))
+
+    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        total = count = 0.0
+        for batch in batches:
+            loss, n = self._token_losses(model, batch)
+            total, count = total + float(loss), count + float(n)
+        mean = total / max(count, 1.0)
+        return {"loss": mean, "perplexity": math.exp(min(mean, 50.0)), "tokens": count}
+
+    def example_batch(self, n: int) -> Batch:
+        context = self.options.context
+        return Batch(torch.empty(n, 1), torch.zeros(n, 1, context, dtype=torch.int64), torch.empty(n))
+
+
+def make_lm(cfg: RunConfig, options: LMOptions) -> LMWorkload:
+    return LMWorkload(cfg, options)
+
+
+make_lm.options_model = LMOptions  # type: ignore[attr-defined]
+
+
+def lm_only_settings(cfg: RunConfig) -> list[tuple[str, Any]]:
+    """The run-config fields only `workload: lm` reads that `cfg` sets away from their defaults."""
+    m, d = cfg.model, cfg.data
+    named = [
+        ("model.tie_embeddings", m.tie_embeddings, False),
+        ("model.activation_checkpointing", m.activation_checkpointing, "none"),
+        ("data.padding", d.padding, "static"),
+    ]
+    return [(field, value) for field, value, default in named if value != default]

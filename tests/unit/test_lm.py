@@ -1,0 +1,124 @@
+"""`workload: lm`: the language model learns, and each sequence knob changes what it claims:
+dynamic padding computes on shorter sequences with the same loss, tied tables are one storage,
+activation checkpointing lowers the step's activation peak with the same gradients."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from elastune.cli import main
+from elastune.memory.estimate import estimate
+from elastune.validate import load_run_config
+from elastune.workloads import build_workload
+
+SMALL = [
+    "workload=lm",
+    "workload_options={vocab: 256, context: 32, mean_length: 10, layers: 2, heads: 2}",
+    "model.embedding_dim=32",
+    "batch.micro=32",
+    "eval.samples=512",
+    "device=cpu",
+]
+
+
+def _sets(*items: str) -> list[str]:
+    return [a for s in items for a in ("--set", s)]
+
+
+def _model(*sets: str) -> tuple[object, torch.nn.Module]:
+    workload = build_workload(load_run_config(None, [*SMALL, *sets]))
+    torch.manual_seed(0)
+    return workload, workload.build_model()
+
+
+def test_it_learns_and_is_judged_by_perplexity(capsys: pytest.CaptureFixture[str]) -> None:
+    """It learns the text's rule, beyond token frequencies: perplexity well under a unigram model's."""
+    sets = [*SMALL, "steps=150", "warmup_steps=5", "optimizer.lr=0.01"]
+    assert main(["train", "--format", "json", *_sets(*sets)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["quality_metric"], result["quality_direction"]) == ("perplexity", "min")
+    assert result["quality"] == pytest.approx(math.exp(result["metrics"]["loss"]))
+    workload, _ = _model()
+    held_out = torch.cat([b.sparse[:, 0, 1:].flatten() for b in workload.data_source().eval_batches(512, 512)])
+    p = torch.bincount(held_out[held_out != 0]).double()
+    p = p[p > 0] / p.sum()
+    unigram = math.exp(float(-(p * p.log()).sum()))
+    assert result["quality"] < unigram / 3, (result["quality"], unigram)
+
+
+def test_the_stream_is_a_pure_function_of_position_with_real_lengths() -> None:
+    workload, _ = _model()
+    source = workload.data_source()
+    whole = source.read(1000, 100)  # crosses a chunk (1024 sequences)
+    parts = [source.read(1000, 30), source.read(1030, 70)]
+    assert torch.equal(whole.sparse, torch.cat([p.sparse for p in parts]))
+    lengths = source.read(0, 1024).dense[:, 0]
+    assert 7 < float(lengths.mean()) < 13 and int(lengths.max()) <= 32 and int(lengths.min()) >= 2
+    tokens = source.read(0, 4).sparse[:, 0, :]
+    for row, n in zip(tokens, source.read(0, 4).dense[:, 0].long(), strict=True):
+        assert (row[:n] != 0).all() and (row[n:] == 0).all()  # real tokens, then padding
+
+
+def test_dynamic_padding_computes_less_for_the_same_loss() -> None:
+    static, model = _model()
+    dynamic = build_workload(load_run_config(None, [*SMALL, "data.padding=dynamic"]))
+    batch = static.data_source().read(0, 32)
+    seen: list[int] = []
+    model.blocks[0].register_forward_hook(lambda module, args, out: seen.append(args[0].shape[1]))
+    model.eval()
+    with torch.no_grad():
+        assert float(dynamic.loss(model, batch)) == pytest.approx(float(static.loss(model, batch)), abs=1e-5)
+    assert seen[0] == int(batch.dense.max()) - 1 < seen[1] == 31  # dynamic first, then the full context
+    # priced at the longest batch it can see: a full context
+    assert estimate(load_run_config(None, [*SMALL, "data.padding=dynamic"])).peak_bytes == pytest.approx(
+        estimate(load_run_config(None, SMALL)).peak_bytes, rel=0.01
+    )
+
+
+def test_tied_embeddings_share_one_table() -> None:
+    _, untied = _model()
+    _, tied = _model("model.tie_embeddings=true")
+    assert tied.output_weight() is tied.embeddings.bag.weight
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(untied) - count(tied) == 256 * 32
+
+
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        (["model.tie_embeddings=true", "embedding.strategy=hashed"], "needs embedding.strategy=full"),
+        (["model.tie_embeddings=true", "optimizer.sparse=rowwise_adagrad"], "needs optimizer.sparse=adam"),
+        (["model.embedding_dim=33"], "does not divide into workload_options.heads=2"),
+    ],
+)
+def test_impossible_lm_settings_are_config_errors(sets: list[str], says: str, capsys: pytest.CaptureFixture) -> None:
+    assert main(["estimate", *_sets(*SMALL, *sets)]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_dlrm_refuses_the_sequence_knobs(capsys: pytest.CaptureFixture[str]) -> None:
+    for setting in ("model.tie_embeddings=true", "data.padding=dynamic", "model.activation_checkpointing=every_block"):
+        assert main(["estimate", "--set", setting]) == 2
+        assert f"only workload lm reads {setting.split('=')[0]}" in capsys.readouterr().err
+
+
+def test_checkpointing_lowers_the_activation_peak_with_the_same_gradients() -> None:
+    peaks = {}
+    for mode in ("none", "every_n", "every_block"):
+        sets = [*SMALL, "workload_options={vocab: 256, context: 32, layers: 4, heads: 2}", "batch.micro=64"]
+        peaks[mode] = estimate(load_run_config(None, [*sets, f"model.activation_checkpointing={mode}"]))
+    assert (
+        peaks["every_block"].transient_peak_bytes
+        < peaks["every_n"].transient_peak_bytes
+        < peaks["none"].transient_peak_bytes
+    )
+    grads = []
+    for mode in ("none", "every_block"):
+        workload, model = _model(f"model.activation_checkpointing={mode}")
+        model.train()
+        workload.loss(model, workload.data_source().read(0, 16)).backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
