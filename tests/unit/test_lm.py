@@ -41,6 +41,9 @@ def test_it_learns_and_is_judged_by_perplexity(capsys: pytest.CaptureFixture[str
     result = json.loads(capsys.readouterr().out)
     assert (result["quality_metric"], result["quality_direction"]) == ("perplexity", "min")
     assert result["quality"] == pytest.approx(math.exp(result["metrics"]["loss"]))
+    # real tokens/s, padding excluded: the sequences' mean length (about 10 of a 32-token context) per sequence
+    assert result["units"] == "tokens"
+    assert 6 < result["units_per_s"] / result["samples_per_s"] < 14
     workload, _ = _model()
     held_out = torch.cat([b.sparse[:, 0, 1:].flatten() for b in workload.data_source().eval_batches(512, 512)])
     p = torch.bincount(held_out[held_out != 0]).double()

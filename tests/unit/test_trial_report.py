@@ -20,6 +20,8 @@ def result(peak: int = 800, logloss: float = 0.505) -> SimpleNamespace:
         samples=4096,
         steps=8,
         samples_per_s=1234.5,
+        units_per_s=None,
+        units=None,
         peak_memory_bytes=peak,
         peak_memory_kind="cpu_rss_hwm",
         metrics=metrics,
@@ -35,7 +37,8 @@ def result(peak: int = 800, logloss: float = 0.505) -> SimpleNamespace:
 def ranked_result(recall: float) -> SimpleNamespace:
     """A workload that declares a higher-is-better quality metric."""
     return SimpleNamespace(
-        samples=4096, steps=8, samples_per_s=1.0, peak_memory_bytes=800, peak_memory_kind="cpu_rss_hwm",
+        samples=4096, steps=8, samples_per_s=1.0, units_per_s=40.0, units="tokens", peak_memory_bytes=800,
+        peak_memory_kind="cpu_rss_hwm",
         metrics={"recall": recall}, quality_metric="recall", quality_direction="max", quality=recall,
         val_logloss=None, val_auc=None, oom_retries=0,
     )  # fmt: skip

@@ -203,6 +203,7 @@ def _summary_rows(r: Any) -> list[tuple[str, str]]:
         error = f" ({(est - r.peak_memory_bytes) / r.peak_memory_bytes:+.1%} vs measured)"
     return [
         ("throughput", f"{r.samples_per_s:,.0f} samples/s (after {r.config['warmup_steps']} warm-up steps)"),
+        *([(f"{r.units} throughput", f"{r.units_per_s:,.0f} {r.units}/s")] if r.units_per_s is not None else []),
         ("peak memory, measured", f"{human_bytes(r.peak_memory_bytes)} ({r.peak_memory_kind})"),
         ("peak memory, predicted", f"{human_bytes(est) if est else 'n/a'}{error}"),
         *_quality_rows(r),

@@ -250,6 +250,8 @@ class SweepTracker:
         metrics = {name: float(getattr(trial, name)) for name in _TRIAL_METRICS if getattr(trial, name) is not None}
         # Each eval metric as val_NAME (a binary workload's: val_logloss, val_auc, val_baseline_logloss).
         metrics |= {f"val_{name}": value for name, value in trial.metrics.items()}
+        if trial.units and trial.units_per_s is not None:
+            metrics[f"{trial.units}_per_s"] = trial.units_per_s
         metrics |= {name: float(v) for name in ("val_logloss", "val_auc") if (v := getattr(trial, name)) is not None}
         tags = {
             _SWEEP_ID: record.sweep_id,

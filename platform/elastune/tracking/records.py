@@ -65,6 +65,8 @@ class TrialRecord:
     config: dict[str, Any]  # the resolved RunConfig (RunConfig.to_dict())
     estimated_peak_bytes: int | None = None  # predicted before launch (estimator)
     samples_per_s: float | None = None
+    units_per_s: float | None = None  # the workload's own throughput units, e.g. an LM's real tokens/s
+    units: str | None = None
     peak_memory_bytes: int | None = None  # measured
     peak_memory_kind: str | None = None  # cuda_reserved | cpu_rss_hwm | virtual
     val_logloss: float | None = None  # a binary workload's eval log loss and AUC

@@ -86,6 +86,10 @@ class TrainResult:
     quality: float
     train_loss: float
     steps: int
+    # A workload that counts its own units (`units`, `count_units(batch)`: an LM's real tokens) gets
+    # their rate over the same timed window as samples/s; None for one that does not.
+    units_per_s: float | None
+    units: str | None
     samples: int
     micro_batch: int
     accum: int
@@ -154,13 +158,17 @@ def train(
 
     # -- steps
     timed_from: tuple[float, int] | None = None
+    count_units = getattr(workload, "count_units", None)  # e.g. an LM's real tokens (padding excluded)
+    timed_units = 0
     loss_sum, loss_steps, last_loss = torch.zeros((), device=device), 0, float("nan")
     while state.step < cfg.steps:
         if timed_from is None and state.step >= cfg.warmup_steps:
             timed_from = (time.perf_counter(), state.samples)
         # data: this step's samples, read once, so a retry after OOM redoes exactly them; each
         # rank reads its own contiguous share of the group's step (state.samples counts this rank's)
-        batch = source.read(state.samples * world + rank * effective, effective).to(device)
+        batch = source.read(state.samples * world + rank * effective, effective)
+        units = count_units(batch) if count_units is not None and timed_from is not None else 0
+        batch = batch.to(device)
         before_micro = None if fault is None else functools.partial(fault, state.step)
         try:
             step_loss = forward_backward(runner, workload, batch, state.micro, autocast, scaler, before_micro)
@@ -182,6 +190,7 @@ def train(
         opts.zero_grad()
         state.step += 1
         state.samples += effective
+        timed_units += units
         loss_sum += step_loss
         loss_steps += 1
         if boundary is not None:
@@ -202,6 +211,8 @@ def train(
         torch.cuda.synchronize(device)  # queued kernels belong to the timed window
     samples_per_s = _rate(timed_from, state) or 0.0
     elapsed = time.perf_counter() - timed_from[0] if timed_from else 0.0
+    timed_seconds = (state.samples - timed_from[1]) / samples_per_s if timed_from and samples_per_s else 0.0
+    units_per_s = timed_units / timed_seconds if count_units is not None and timed_seconds else None
     if loss_steps:
         last_loss = float(loss_sum) / loss_steps
     if ckpt.path is not None and rank == 0:  # ranks hold the same weights: one writer
@@ -227,6 +238,8 @@ def train(
         quality_metric=quality.name,
         quality_direction=quality.direction,
         quality=metrics[quality.name],
+        units_per_s=units_per_s,
+        units=getattr(workload, "units", None) if count_units is not None else None,
         train_loss=last_loss,
         steps=state.step,
         samples=state.samples,

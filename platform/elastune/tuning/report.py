@@ -50,6 +50,8 @@ class TrialReport(BaseModel):
     progress_pct: int = 0
     loss: float | None = None  # training loss (progress reports)
     samples_per_s: float | None = None  # 0 during warm-up; None for a trial that ran out of memory
+    units_per_s: float | None = None  # a workload's own throughput units (an LM's real tokens/s)
+    units: str | None = None
     peak_memory_bytes: int | None = None
     peak_memory_kind: str | None = None
     estimated_peak_bytes: int | None = None
@@ -135,6 +137,8 @@ class TrialReport(BaseModel):
 _AS_RECORDED = (
     "estimated_peak_bytes",
     "samples_per_s",
+    "units_per_s",
+    "units",
     "peak_memory_bytes",
     "peak_memory_kind",
     "val_logloss",
@@ -197,6 +201,8 @@ def final_report(result: TrainResult, loop_config: dict[str, Any]) -> TrialRepor
         step=result.steps,
         progress_pct=100,
         samples_per_s=result.samples_per_s,
+        units_per_s=result.units_per_s,
+        units=result.units,
         peak_memory_bytes=result.peak_memory_bytes,
         peak_memory_kind=result.peak_memory_kind,
         estimated_peak_bytes=loop_config.get("estimate"),

@@ -185,6 +185,11 @@ class TransformerLM(nn.Module):
 
 class LMWorkload:
     quality = QualityMetric("perplexity", "min")
+    units = "tokens"  # throughput in real tokens/s beside sequences/s
+
+    def count_units(self, batch: Batch) -> int:
+        """The batch's real tokens (padding excluded), read from the lengths on the host."""
+        return int(batch.dense.sum())
 
     def __init__(self, cfg: RunConfig, options: LMOptions) -> None:
         self.cfg, self.options = cfg, options

@@ -33,3 +33,5 @@ def test_the_quick_lm_sweep_searches_the_sequence_knobs(ray_local: Any, tmp_path
     assert all({"data.padding", "model.activation_checkpointing", "batch.micro"} <= set(t.params) for t in searched)
     finished = [t for t in searched if t.status == "ok"]
     assert all(t.quality == pytest.approx(t.metrics["perplexity"]) and t.metrics["tokens"] > 0 for t in finished)
+    # throughput in real tokens too (padding excluded): several per sequence, fewer than the context
+    assert all(t.units == "tokens" and t.samples_per_s and 2 < t.units_per_s / t.samples_per_s < 32 for t in finished)
