@@ -134,10 +134,11 @@ class DataConfig(_Section):
         serialize_by_alias=True,
     )
 
-    padding: Literal["static", "dynamic"] = Field(
+    padding: Literal["static", "dynamic", "packed"] = Field(
         "static",
-        description="workload lm: pad sequences to the context length (static) or to the longest of the "
-        "micro-batch (dynamic).",
+        description="workload lm: pad sequences to the context length (static), to the longest of the "
+        "micro-batch (dynamic), or pack the micro-batch's documents into full rows, attention kept inside "
+        "each document (packed).",
     )
     source: Literal["synthetic", "criteo_tsv", "parquet", "table"] = Field(
         "synthetic",

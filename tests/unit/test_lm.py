@@ -125,3 +125,32 @@ def test_checkpointing_lowers_the_activation_peak_with_the_same_gradients() -> N
         workload.loss(model, workload.data_source().read(0, 16)).backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_packing_fills_rows_and_never_lets_attention_cross_documents() -> None:
+    packed = build_workload(load_run_config(None, [*SMALL, "data.padding=packed"]))
+    _, model = _model()
+    model.eval()
+    batch = packed.data_source().read(0, 32)
+    tokens, segments, positions = packed.pack(batch)
+    real = int(batch.dense.sum())
+    assert tokens.shape[0] == -(-real // 32) < 32  # fewer rows than sequences: short documents share rows
+    assert int((segments >= 0).sum()) == real and int(positions.max()) < 32
+    # each document's tokens, in order, and positions that restart at each document
+    first = int(batch.dense[0, 0])
+    assert torch.equal(tokens[0, :first], batch.sparse[0, 0, :first]) and int(positions[0, first]) == 0
+    # change the first document's tokens: no other document's logits move
+    with torch.no_grad():
+        before = model(tokens, segments, positions)
+        changed = tokens.clone()
+        changed[segments == 0] = (changed[segments == 0] % 200) + 5
+        after = model(changed, segments, positions)
+    others = segments > 0
+    assert torch.allclose(before[others], after[others], atol=1e-5)
+    assert not torch.allclose(before[segments == 0], after[segments == 0], atol=1e-3)
+    # a document that fits in one row scores as it does alone (static), up to float error
+    with torch.no_grad():
+        alone = model(batch.sparse[:1, 0, :first])
+    assert torch.allclose(before[0, :first], alone[0], atol=1e-4)
+    with torch.no_grad():
+        assert float(packed.loss(model, batch)) > 0

@@ -10,10 +10,13 @@ A sequence travels in a `Batch` as
 - labels: unused (zeros): the targets are the tokens shifted by one.
 
 Knobs (run-config fields a sweep can search):
-- `data.padding: static | dynamic`: attend over the whole context, or only up to the longest
-  sequence of the micro-batch. Right padding under a causal mask never changes a real token's
-  output, so both give the same loss; dynamic does less work where sequences are short. The
-  estimator prices the longest batch it can see, a full context (a fake tensor has no lengths).
+- `data.padding: static | dynamic | packed`: attend over the whole context, only up to the longest
+  sequence of the micro-batch, or over the micro-batch's documents laid end to end in full rows
+  with attention kept inside each document (a block-diagonal causal mask; positions restart per
+  document). Right padding under a causal mask never changes a real token's output, so static and
+  dynamic give the same loss; dynamic and packed do less work where sequences are short. The
+  estimator prices the longest batch it can see, one full-context row per sequence (a fake tensor
+  has no lengths).
 - `model.activation_checkpointing: none | every_block | every_n` (`model.checkpoint_every`): the
   blocks' activations are recomputed in the backward instead of kept (torch.utils.checkpoint).
 - `model.tie_embeddings`: the output projection is the token table's weight (strategy `full`
@@ -134,10 +137,14 @@ class Block(nn.Module):
         self.proj = nn.Linear(width, width)
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, T, width]; mask [B, 1, T, T] (True: may attend) for packed rows, else causal."""
         b, t, w = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, w // self.heads).permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # right padding: never read by real tokens
+        if mask is None:  # causal: right padding is never read by a real token
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(attended.transpose(1, 2).reshape(b, t, w))
         return x + self.mlp(self.norm2(x))
 
@@ -173,13 +180,21 @@ class TransformerLM(nn.Module):
             return self.output.weight
         return cast(torch.Tensor, self.embeddings.bag.weight)  # type: ignore[union-attr]  # `full` (checked)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens [B, T] -> logits [B, T, vocab]."""
+    def forward(
+        self, tokens: torch.Tensor, segments: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """tokens [B, T] -> logits [B, T, vocab]. Packed rows give each token's document
+        (`segments`, -1 for padding) and its position in it: a token attends only to earlier
+        tokens of its own document."""
         b, t = tokens.shape
         x = self.embeddings(tokens.reshape(b * t, 1, 1)).view(b, t, -1)
-        x = x + self.position.weight[:t]
+        x = x + (self.position.weight[:t] if positions is None else self.position(positions))
+        mask = None
+        if segments is not None:
+            causal = torch.ones(t, t, dtype=torch.bool, device=tokens.device).tril()
+            mask = ((segments[:, :, None] == segments[:, None, :]) & causal)[:, None]
         for block, recompute in zip(self.blocks, self.checkpointed, strict=True):
-            x = checkpoint(block, x, use_reentrant=False) if recompute and self.training else block(x)
+            x = checkpoint(block, x, mask, use_reentrant=False) if recompute and self.training else block(x, mask)
         return cast(torch.Tensor, self.norm(x) @ self.output_weight().T.to(x.dtype))
 
 
@@ -239,12 +254,36 @@ class LMWorkload:
 
     def _token_losses(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed next-token loss over real tokens, count of real targets)."""
-        tokens = self._tokens(batch)
-        logits = model(tokens[:, :-1])
-        targets = tokens[:, 1:]
-        losses = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
-        real = (targets != PAD).float()
+        if self.cfg.data.padding == "packed" and not is_fake(batch.dense) and len(batch):
+            tokens, segments, positions = self.pack(batch)
+            logits = model(tokens[:, :-1], segments[:, :-1], positions[:, :-1])
+            # a target is the next token of the same document
+            real = ((segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] >= 0)).float()
+        else:  # static, dynamic (and packed under the estimator's trace: priced as unpacked rows)
+            tokens = self._tokens(batch)
+            logits = model(tokens[:, :-1])
+            real = (tokens[:, 1:] != PAD).float()
+        losses = F.cross_entropy(logits.float().transpose(1, 2), tokens[:, 1:], reduction="none")
         return (losses * real).sum(), real.sum()
+
+    def pack(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The micro-batch's real tokens laid end to end in rows of the context length: (tokens,
+        document of each token (-1: padding), position in its document), each [rows, context]. A
+        document may continue on the next row; fewer rows than sequences when they are short."""
+        context = self.options.context
+        lengths = batch.dense[:, 0].long()
+        tokens = batch.sparse[:, 0, :]
+        device = tokens.device
+        flat = tokens[torch.arange(context, device=device)[None, :] < lengths[:, None]]
+        document = torch.repeat_interleave(torch.arange(len(batch), device=device), lengths)
+        starts = torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
+        position = torch.arange(len(flat), device=device) - starts
+        pad = -len(flat) % context
+        return (
+            F.pad(flat, (0, pad), value=PAD).view(-1, context),
+            F.pad(document, (0, pad), value=-1).view(-1, context),
+            F.pad(position, (0, pad), value=0).view(-1, context),
+        )
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         total, count = self._token_losses(model, batch)
