@@ -110,7 +110,7 @@ def main() -> None:
             note=f"{params['untied'] - params['tied']:,} bytes saved (the 4096 x 64 output projection)",
         )
     )
-    path = write_record(
+    write_record(
         "lm-cpu",
         "Language model: padding, activation checkpointing, tied embeddings",
         figures,
@@ -122,7 +122,6 @@ def main() -> None:
         ],
         table={"columns": ["config", "real tokens/s", "peak MiB", "perplexity"], "rows": rows},
     )
-    print(f"record: {path}")
 
 
 if __name__ == "__main__":
