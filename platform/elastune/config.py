@@ -447,6 +447,13 @@ class OptimizerConfig(_Section):
         "sparse optimizer whose cost grows with the rows a step touches: sgd | adagrad | rowwise_adagrad.",
     )
     lr: float = Field(3e-3, gt=0, le=10)
+    clip_grad_norm: float | None = Field(
+        None,
+        gt=0,
+        le=1e6,
+        description="Clip the dense parameters' gradient norm to this (off by default; embedding rows are not "
+        "clipped). A training choice that changes quality: a sweep keeps it fixed (base), never searches it.",
+    )
 
 
 class BatchConfig(_Section):

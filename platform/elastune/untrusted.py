@@ -58,6 +58,7 @@ CLIENT_KEYS: frozenset[str] = frozenset(
         "optimizer.dense",
         "optimizer.sparse",
         "optimizer.lr",
+        "optimizer.clip_grad_norm",
         "batch.micro",
         "batch.accum",
         "eval.samples",

@@ -43,6 +43,7 @@ class Optimizers:
         # Adagrad takes torch's default (foreach) implementation.
         fused = cfg.dense != "adagrad" or all(p.device.type == "cpu" for p in dense)
         self.dense = _DENSE[cfg.dense](dense, lr=cfg.lr, fused=fused or None)
+        self.clip, self._clipped = cfg.clip_grad_norm, dense
         self.all: list[torch.optim.Optimizer] = [self.dense]
         self.sparse: torch.optim.Optimizer | None = None
         if sparse:
@@ -61,8 +62,11 @@ class Optimizers:
         for table in self.self_updating:
             assert self.row_update is not None  # RunConfig pairs self-updating strategies with one
             rows_ok = table.sparse_step(self.row_update, scale) and rows_ok  # skips itself on inf/nan
+        if self.clip is not None:
+            scaler.unscale_(self.dense)  # clip true gradients, not fp16-scaled ones (a no-op unscaled)
+            torch.nn.utils.clip_grad_norm_(self._clipped, self.clip)
         for opt in self.all:
-            scaler.step(opt)  # unscales first, and skips the step if fp16 grads overflowed
+            scaler.step(opt)  # unscales first (unless done above), and skips the step if fp16 grads overflowed
         if not rows_ok and scaler.is_enabled():
             # An overflow only the embedding rows saw must still lower the fp16 loss scale.
             scaler.update(scale * scaler.get_backoff_factor())

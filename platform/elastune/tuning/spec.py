@@ -271,6 +271,14 @@ def validate_sweep_spec(raw: Mapping[str, Any], source: str | None = None) -> Sw
     return spec
 
 
+# Run-config fields a sweep may set in `base` but never search: the tuner ranks by speed inside a
+# quality tolerance, and these trade quality for nothing it measures.
+NOT_SEARCHED = {
+    "optimizer.clip_grad_norm": "gradient clipping changes what the model learns, not how fast it trains; "
+    "set it in base (or leave it off) so every trial and the reference train alike",
+}
+
+
 def check_spec(spec: SweepSpec) -> list[Problem]:
     """Every cross-field problem: keys that are not RunConfig fields, values RunConfig refuses,
     conditions on parameters that do not exist, batch splits that do not divide, grid on floats."""
@@ -283,6 +291,9 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
         unknown = _unknown_field(name)
         if unknown:
             problems.append(Problem(where, MISSING, unknown))
+            continue
+        if name in NOT_SEARCHED:
+            problems.append(Problem(where, MISSING, NOT_SEARCHED[name]))
             continue
         problems += _range_problems(where, param)
         problems += _value_problems(spec, where, name, param)
