@@ -113,6 +113,8 @@ _TRIAL_METRICS = (
     "samples_per_s",
     "peak_memory_bytes",
     "estimated_peak_bytes",
+    "val_logloss",
+    "val_auc",
     "quality",
     "oom_retries",
 )
@@ -209,18 +211,11 @@ class SweepTracker:
         """A table source's vocabulary (of the spec's base config: the file and schema every trial reads)
         as the parent run's artifact vocabulary/vocabulary.json, so a model can be served from what
         MLflow holds. The spec was validated, so the vocabulary is in the cache: no file is re-read."""
-        data = base.get("data") if isinstance(base, dict) else None
-        if (
-            not isinstance(data, dict)
-            or data.get("source") != "table"
-            or data.get("encoding", "vocabulary") != "vocabulary"
-        ):
-            return
-        from elastune.config import DataConfig
-        from elastune.workloads.table_source import vocabulary_json
+        from elastune.workloads.table_source import vocabulary_of
 
-        text = vocabulary_json(DataConfig.model_validate(data))
-        self._client.log_text(run_id, text, "vocabulary/vocabulary.json")
+        text = vocabulary_of(base.get("data") if isinstance(base, dict) else None)
+        if text is not None:
+            self._client.log_text(run_id, text, "vocabulary/vocabulary.json")
 
     def log_trial(self, record: SweepRecord, trial: TrialRecord) -> str:
         """Create or update the trial's child run (one per sweep_id and trial_id, never two)."""
@@ -252,7 +247,6 @@ class SweepTracker:
         metrics |= {f"val_{name}": value for name, value in trial.metrics.items()}
         if trial.units and trial.units_per_s is not None:
             metrics[f"{trial.units}_per_s"] = trial.units_per_s
-        metrics |= {name: float(v) for name in ("val_logloss", "val_auc") if (v := getattr(trial, name)) is not None}
         tags = {
             _SWEEP_ID: record.sweep_id,
             _TRIAL_ID: trial.trial_id,

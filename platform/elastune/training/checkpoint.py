@@ -111,14 +111,9 @@ def save_checkpoint(
 
 
 def _vocabulary_of(config: dict[str, Any]) -> str | None:
-    """The JSON text of a table source's vocabulary (workloads/table_source.py); None for other data."""
-    data = config.get("data") or {}
-    if data.get("source") != "table" or data.get("encoding") != "vocabulary":
-        return None
-    from elastune.config import DataConfig
-    from elastune.workloads.table_source import vocabulary_json
+    from elastune.workloads.table_source import vocabulary_of
 
-    return vocabulary_json(DataConfig.model_validate(data))
+    return vocabulary_of(config.get("data"))
 
 
 def _check_vocabulary(path: Path, config: dict[str, Any]) -> None:

@@ -92,6 +92,7 @@ __all__ = [
     "table_layout",
     "vocabulary_file",
     "vocabulary_json",
+    "vocabulary_of",
 ]
 
 MISSING_ID = 0  # a null or empty value, and the padding of bags
@@ -382,6 +383,16 @@ def vocabulary_file(data: DataConfig) -> Path:
 def vocabulary_json(data: DataConfig) -> str:
     """The vocabulary of `data` as the JSON text of its cache file (built if there is none)."""
     return json.dumps(_vocabulary(data).to_json())
+
+
+def vocabulary_of(data: Any) -> str | None:
+    """`vocabulary_json` of a run config's `data` section as a plain dict (a checkpoint's or a
+    sweep spec's); None for data that has no vocabulary (another source, or hash encoding)."""
+    if not isinstance(data, dict) or data.get("source") != "table":
+        return None
+    if data.get("encoding", "vocabulary") != "vocabulary":
+        return None
+    return vocabulary_json(DataConfig.model_validate(data))
 
 
 _LOADED: dict[Path, Vocabulary] = {}  # this process's vocabularies, by cache file
