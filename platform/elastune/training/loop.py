@@ -20,6 +20,7 @@ from torch import nn
 
 from elastune.config import RunConfig
 from elastune.errors import OutOfMemory
+from elastune.training.batches import step_batches
 from elastune.training.checkpoint import LoopState, check_checkpoint, load_checkpoint, save_checkpoint
 from elastune.training.oom import is_oom, shrink
 from elastune.training.optim import Optimizers
@@ -27,6 +28,7 @@ from elastune.training.precision import autocast_for, check_precision, grad_scal
 from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.step import forward_backward
 from elastune.workloads import build_workload
+from elastune.workloads.data import Batch
 from elastune.workloads.quality import quality_of
 
 __all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime"]
@@ -159,16 +161,28 @@ def train(
     # -- steps
     timed_from: tuple[float, int] | None = None
     count_units = getattr(workload, "count_units", None)  # e.g. an LM's real tokens (padding excluded)
+    arrange_step = getattr(workload, "arrange_step", None)  # e.g. an LM's sequences sorted by length
     timed_units = 0
+    batches = step_batches(
+        source,
+        cfg.data,
+        done=state.samples,
+        steps=max(cfg.steps - state.step, 0),
+        effective=effective,
+        rank=rank,
+        world=world,
+    )
+    batch: Batch | None = None  # this step's, kept until the step succeeds (an OOM retry redoes it)
     loss_sum, loss_steps, last_loss = torch.zeros((), device=device), 0, float("nan")
     while state.step < cfg.steps:
         if timed_from is None and state.step >= cfg.warmup_steps:
             timed_from = (time.perf_counter(), state.samples)
-        # data: this step's samples, read once, so a retry after OOM redoes exactly them; each
-        # rank reads its own contiguous share of the group's step (state.samples counts this rank's)
-        batch = source.read(state.samples * world + rank * effective, effective)
-        units = count_units(batch) if count_units is not None and timed_from is not None else 0
-        batch = batch.to(device)
+        # data: this step's samples (training/batches.py), read once, so a retry after OOM redoes
+        # exactly them; each rank reads its own contiguous share of the group's step
+        if batch is None:
+            host = next(batches)
+            units = count_units(host) if count_units is not None and timed_from is not None else 0
+            batch = (host if arrange_step is None else arrange_step(host)).to(device, non_blocking=True)
         before_micro = None if fault is None else functools.partial(fault, state.step)
         try:
             step_loss = forward_backward(runner, workload, batch, state.micro, autocast, scaler, before_micro)
@@ -188,6 +202,7 @@ def train(
         # update: the only place parameters change
         opts.step(scaler)
         opts.zero_grad()
+        batch = None
         state.step += 1
         state.samples += effective
         timed_units += units

@@ -27,18 +27,23 @@ def forward_backward(
 ) -> torch.Tensor:
     """Accumulate the gradients of one optimizer step over `batch`, `micro` samples at a time.
 
-    Each micro-batch's mean loss is weighted by its share of the batch, so the summed gradients
-    equal those of the whole batch in one pass: micro x accum is exact, not an approximation.
-    Returns the step's mean loss as a tensor (not `.item()`: that would be a CPU-GPU sync).
+    Each micro-batch's mean loss is weighted by its share of the batch's loss terms (its samples,
+    or what the workload's `loss_weight` counts: an LM's real next-token targets), so the summed
+    gradients equal those of the whole batch in one pass: micro x accum is exact, not an
+    approximation. Returns the step's mean loss as a tensor (not `.item()`: a CPU-GPU sync).
     """
     total = len(batch)
+    weigh: Callable[[Batch], torch.Tensor | float] = getattr(workload, "loss_weight", len)
+    whole = weigh(batch)
+    if isinstance(whole, torch.Tensor):  # a tensor on the device: no sync; an empty step weighs 0
+        whole = whole.clamp(min=1)
     step_loss = torch.zeros((), device=batch.labels.device)
     for index, start in enumerate(range(0, total, micro)):
         if before_micro is not None:
             before_micro(index)
         part = batch.slice(start, min(start + micro, total))
         with autocast():
-            loss = workload.loss(model, part) * (len(part) / total)
+            loss = workload.loss(model, part) * (weigh(part) / whole)
         # Scale before backward so fp16 gradients do not underflow (a no-op for fp32/bf16).
         scaler.scale(loss).backward()
         step_loss += loss.detach()

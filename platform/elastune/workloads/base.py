@@ -34,13 +34,18 @@ __all__ = ["DLRMWorkload", "Workload"]
 class Workload(Protocol):
     """A model family elastune can estimate, train and tune (docs/workloads.md).
 
-    Two members are optional, so they are not part of the protocol's runtime check:
+    Four members are optional, so they are not part of the protocol's runtime check:
 
     * `quality: QualityMetric`: the eval metric the sweep's quality tolerance applies to and its
       direction, e.g. `QualityMetric("perplexity", "min")`. Default: `logloss`, lower is better.
     * `evaluate(model, batches) -> dict[str, float]`: eval metrics over the held-out batches (on
       the run's device, under no_grad and the run's autocast); must hold the `quality` metric.
       Default: a binary classifier's `logloss`, `auc` and `baseline_logloss` from `predict`.
+    * `loss_weight(batch) -> Tensor | float`: how many terms `loss(batch)` is the mean of, when that
+      is not the number of samples (an LM averages over real tokens). Gradient accumulation weights
+      each micro-batch's loss by it, so micro x accum stays exact. Default: `len(batch)`.
+    * `arrange_step(batch) -> Batch`: the step's samples reordered before the micro-batch split
+      (an LM sorts them by length so that each micro-batch pads less). Default: as read.
     """
 
     table_sizes: tuple[int, ...]  # rows of each sparse feature's table

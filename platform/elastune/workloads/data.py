@@ -118,9 +118,14 @@ class Batch:
         """Rows [start, stop), as views: micro-batching must not copy the batch."""
         return Batch(self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop])
 
-    def to(self, device: torch.device | str) -> Batch:
-        """The same batch on `device` (sources produce CPU tensors; the loop moves them)."""
-        return Batch(self.dense.to(device), self.sparse.to(device), self.labels.to(device))
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+        """The same batch on `device` (sources produce CPU tensors; the loop moves them);
+        `non_blocking` copies from pinned memory asynchronously."""
+        return Batch(*(t.to(device, non_blocking=non_blocking) for t in (self.dense, self.sparse, self.labels)))
+
+    def pin_memory(self) -> Batch:
+        """The batch in page-locked host memory (what a DataLoader with pin_memory=True calls)."""
+        return Batch(self.dense.pin_memory(), self.sparse.pin_memory(), self.labels.pin_memory())
 
 
 def concat_batches(parts: Sequence[Batch]) -> Batch:

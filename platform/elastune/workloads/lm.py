@@ -11,12 +11,15 @@ A sequence travels in a `Batch` as
 
 Knobs (run-config fields a sweep can search):
 - `data.padding: static | dynamic | packed`: attend over the whole context, only up to the longest
-  sequence of the micro-batch, or over the micro-batch's documents laid end to end in full rows
+  sequence of the micro-batch, or over the micro-batch's documents laid end to end in rows
   with attention kept inside each document (a block-diagonal causal mask; positions restart per
-  document). Right padding under a causal mask never changes a real token's output, so static and
-  dynamic give the same loss; dynamic and packed do less work where sequences are short. The
+  document; a document is never cut across rows). Right padding under a causal mask never changes
+  a real token's output, so all three give the same loss; dynamic and packed do less work where
+  sequences are short. The
   estimator prices the longest batch it can see, one full-context row per sequence (a fake tensor
   has no lengths).
+- `data.bucket_by_length` (dynamic padding): a step's sequences are sorted by length before they
+  are split into micro-batches, so short ones pad to short ones (it matters when batch.accum > 1).
 - `model.activation_checkpointing: none | every_block | every_n` (`model.checkpoint_every`): the
   blocks' activations are recomputed in the backward instead of kept (torch.utils.checkpoint).
 - `model.tie_embeddings`: the output projection is the token table's weight (strategy `full`
@@ -206,6 +209,11 @@ class LMWorkload:
         """The batch's real tokens (padding excluded), read from the lengths on the host."""
         return int(batch.dense.sum())
 
+    def loss_weight(self, batch: Batch) -> torch.Tensor:
+        """The batch's next-token targets (a sequence of n real tokens has n - 1), what `loss`
+        averages over: micro-batches are weighted by it, so micro x accum is exact."""
+        return (batch.dense[:, 0] - 1).clamp(min=0).sum()
+
     def __init__(self, cfg: RunConfig, options: LMOptions) -> None:
         self.cfg, self.options = cfg, options
         width = cfg.model.embedding_dim
@@ -223,6 +231,11 @@ class LMWorkload:
             raise ValueError(
                 f"model.tie_embeddings needs optimizer.sparse=adam, not {cfg.optimizer.sparse!r}: the output "
                 "projection gives the tied table a dense gradient, which a row-wise optimizer cannot take"
+            )
+        if cfg.data.bucket_by_length and cfg.data.padding != "dynamic":
+            raise ValueError(
+                f"data.bucket_by_length sorts sequences so that dynamic padding pads less; with "
+                f"data.padding={cfg.data.padding!r} it does nothing: set data.padding=dynamic or drop it"
             )
         self.tables = [TableSpec("tokens", options.vocab, width)]
         self.table_sizes: tuple[int, ...] = (options.vocab,)
@@ -243,6 +256,15 @@ class LMWorkload:
     def data_source(self) -> SyntheticText:
         o = self.options
         return SyntheticText(o.vocab, o.context, min(o.mean_length, o.context), seed=self.cfg.data.seed)
+
+    def arrange_step(self, batch: Batch) -> Batch:
+        """A step's sequences in the order its micro-batches take them: by length under
+        `data.bucket_by_length` (stable), so a micro-batch's longest sequence is close to its others.
+        Any order gives the step the same gradient (micro-batches are weighted by their targets)."""
+        if not self.cfg.data.bucket_by_length or len(batch) < 2:
+            return batch
+        order = torch.argsort(batch.dense[:, 0], stable=True)
+        return Batch(batch.dense[order], batch.sparse[order], batch.labels[order])
 
     def _tokens(self, batch: Batch) -> torch.Tensor:
         """[B, T]: under dynamic padding only up to the micro-batch's longest sequence (a traced,
@@ -267,23 +289,37 @@ class LMWorkload:
         return (losses * real).sum(), real.sum()
 
     def pack(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The micro-batch's real tokens laid end to end in rows of the context length: (tokens,
-        document of each token (-1: padding), position in its document), each [rows, context]. A
-        document may continue on the next row; fewer rows than sequences when they are short."""
+        """The micro-batch's documents laid end to end in rows of the context length: (tokens,
+        document of each token (-1: padding), position in its document), each [rows, context].
+
+        A document is never cut across rows (it would lose its earlier tokens' context and its
+        target at the cut, so packing would change the loss): each goes whole into the first row
+        with room for it (first fit, in order). Fewer rows than sequences when they are short."""
         context = self.options.context
         lengths = batch.dense[:, 0].long()
+        fills = np.zeros(len(batch), dtype=np.int64)  # tokens used per row; at most one row per document
+        row_of, col_of, rows = [], [], 0
+        for n in lengths.tolist():  # the lengths on the host: one sync per micro-batch
+            row = int(np.argmax(fills[: rows + 1] + n <= context))  # row `rows` is empty: always fits
+            row_of.append(row)
+            col_of.append(int(fills[row]))
+            fills[row] += n
+            rows = max(rows, row + 1)
+        device = batch.sparse.device
         tokens = batch.sparse[:, 0, :]
-        device = tokens.device
-        flat = tokens[torch.arange(context, device=device)[None, :] < lengths[:, None]]
         document = torch.repeat_interleave(torch.arange(len(batch), device=device), lengths)
-        starts = torch.repeat_interleave(torch.cumsum(lengths, 0) - lengths, lengths)
-        position = torch.arange(len(flat), device=device) - starts
-        pad = -len(flat) % context
-        return (
-            F.pad(flat, (0, pad), value=PAD).view(-1, context),
-            F.pad(document, (0, pad), value=-1).view(-1, context),
-            F.pad(position, (0, pad), value=0).view(-1, context),
+        position = torch.arange(len(document), device=device) - torch.repeat_interleave(
+            torch.cumsum(lengths, 0) - lengths, lengths
         )
+        start = torch.tensor(row_of, device=device) * context + torch.tensor(col_of, device=device)
+        where = start[document] + position  # each real token's place in the packed rows
+        packed = torch.full((rows * context,), PAD, dtype=tokens.dtype, device=device)
+        segments = torch.full((rows * context,), -1, dtype=torch.int64, device=device)
+        positions = torch.zeros(rows * context, dtype=torch.int64, device=device)
+        packed[where] = tokens[torch.arange(context, device=device)[None, :] < lengths[:, None]]
+        segments[where] = document
+        positions[where] = position
+        return packed.view(rows, context), segments.view(rows, context), positions.view(rows, context)
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         total, count = self._token_losses(model, batch)
@@ -321,5 +357,6 @@ def lm_only_settings(cfg: RunConfig) -> list[tuple[str, Any]]:
         ("model.tie_embeddings", m.tie_embeddings, False),
         ("model.activation_checkpointing", m.activation_checkpointing, "none"),
         ("data.padding", d.padding, "static"),
+        ("data.bucket_by_length", d.bucket_by_length, False),
     ]
     return [(field, value) for field, value, default in named if value != default]
