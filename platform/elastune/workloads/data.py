@@ -20,6 +20,8 @@ Sources:
   (both in workloads/criteo_files.py).
 * `TableSource` (workloads/table_source.py) reads a CSV or Parquet file of the user's own columns
   (`data.source: table`, `data.schema`): its own dense width, one table per categorical column.
+* `TextSource` (workloads/text_source.py) reads the user's documents for `workload: lm`
+  (`data.source: text`), tokenized by a BPE trained on them.
 
 This module holds what they share: the shapes, `Batch`, the `DataSource` protocol, and the
 `DataArtifact` a file source keeps beside the weights.
@@ -189,7 +191,7 @@ def check_range(start: int, n: int) -> None:
 @dataclass(frozen=True)
 class DataArtifact:
     """What turned a file source's data into the ids a model trained on: a table source's
-    vocabulary. The weights' rows mean nothing without it, so
+    vocabulary, a text source's tokenizer. The weights' rows mean nothing without it, so
     training/checkpoint.py writes it beside a checkpoint (`<checkpoint><suffix>`) and refuses a
     resume whose data now gives other ids, and tracking/mlflow.py logs it on a sweep's parent run."""
 
@@ -208,7 +210,11 @@ def data_artifact(config: Mapping[str, Any]) -> DataArtifact | None:
     data = config.get("data")
     source = data.get("source") if isinstance(data, Mapping) else None
     if source == "table":
-        from elastune.workloads.table_source import vocabulary_artifact  # it builds on this module
+        from elastune.workloads.table_source import vocabulary_artifact  # they build on this module
 
         return vocabulary_artifact(data)
+    if source == "text":
+        from elastune.workloads.text_source import tokenizer_artifact
+
+        return tokenizer_artifact(config)
     return None
