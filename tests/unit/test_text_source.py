@@ -12,12 +12,18 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import ray
 import torch
+from elastune.cli import main
 from elastune.config import DataConfig
-from elastune.workloads import lm, text_source
+from elastune.errors import ConfigError
+from elastune.training.loop import train
+from elastune.validate import load_run_config
+from elastune.workloads import build_workload, lm, text_source
 from elastune.workloads.text_source import EOS, PAD, UNK, TextSource, text_tokenizer, tokenizer_file
 from tokenizers import Tokenizer
 
@@ -210,3 +216,176 @@ def test_json_lines_read_the_text_field_and_gzip_reads_the_same(tmp_path: Path) 
         assert torch.equal(got.read(0, 50).sparse, want.read(0, 50).sparse), name
     first = texts(want, next(want.eval_batches(1, 1)))[0]
     assert docs[5].startswith(first) and len(first) > 10  # every 6th document (300 // 50) is held out
+
+
+# ---- bad input: DataError naming the file and the line, at validation, exit 2 -------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "contents", "expected"),
+    [
+        ("e.txt", b"", ["has no documents"]),
+        ("e.txt", b"\n  \n\t\n", ["has no documents"]),
+        ("one.txt", b"a single document\n", ["has 1 document", "data.eval_path"]),
+        ("few.txt", b"a\nb\n", ["gives 1 training sequence", "at least 2", "eval.samples"]),
+        ("u.txt", b"fine\ncaf\xe9 latin-1\n", ["line 2", "not UTF-8"]),
+        ("j.jsonl", b'{"text": "ok"}\nnot json\n', ["line 2", "not JSON"]),
+        ("j.jsonl", b'{"text": "ok"}\n["a", "b"]\n', ["line 2", "is an array, not a JSON object"]),
+        ("j.jsonl", b'{"text": "ok"}\n{"text": "ok"}\n{"body": "x"}\n', ["line 3", "no key 'text'", "'body'"]),
+        ("j.jsonl", b'{"text": 12}\n', ["line 1", "'text' (data.text_field) is a number, not a string"]),
+        ("j.jsonl", b'{"text": "a\\ud800b"}\n', ["line 1", "unpaired surrogate"]),
+        ("g.txt.gz", b"not gzip at all\n", ["cannot be read"]),
+    ],
+    ids=[
+        "empty",
+        "blank",
+        "one-doc",
+        "one-sequence",
+        "latin1",
+        "not-json",
+        "array",
+        "no-key",
+        "number",
+        "surrogate",
+        "bad-gzip",
+    ],
+)
+def test_bad_files_are_config_errors_naming_file_and_line(
+    tmp_path: Path, name: str, contents: bytes, expected: list[str]
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(contents)
+    with pytest.raises(ConfigError) as err:
+        load_run_config(None, [*LM, "data.source=text", f"data.path={path}"])
+    said = str(err.value)
+    for text in [str(path), "data.path", *expected]:
+        assert text in said, said
+
+
+def test_an_empty_eval_file_and_files_past_the_size_bound_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = write_txt(tmp_path / "c.txt", documents(300))
+    empty = tmp_path / "e.txt"
+    empty.write_text("\n")
+    with pytest.raises(ConfigError, match=rf"{empty}: has no documents.*drop data.eval_path"):
+        load_run_config(None, [*LM, "data.source=text", f"data.path={good}", f"data.eval_path={empty}"])
+    monkeypatch.setattr(text_source, "MAX_TEXT_BYTES", 4096)  # the bound, scaled down to a test's files
+    with pytest.raises(ConfigError, match=rf"{good}: is over the 4.00 KiB of text"):
+        load_run_config(None, [*LM, "data.source=text", f"data.path={good}"])
+    bomb = tmp_path / "b.txt.gz"  # small on disk, past the bound once decompressed
+    with gzip.open(bomb, "wt") as f:
+        f.write("the cat sat on the mat. " * 1000)
+    assert bomb.stat().st_size < 4096
+    with pytest.raises(ConfigError, match=rf"{bomb}: is over the 4.00 KiB of decompressed text"):
+        load_run_config(None, [*LM, "data.source=text", f"data.path={bomb}"])
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["workload=dlrm"], ["data.source='text'", "workload=lm, not workload='dlrm'"]),
+        (["workload_options={vocab: 200}"], ["workload_options.vocab=200", "at least 259"]),
+        (["data.text_field=body"], ["data.text_field='body'", "give a .jsonl file"]),
+        (["data.text_field=a b"], ["data.text_field='a b'", "top-level JSON key"]),
+        (["data.schema={label: y, categorical: [c]}"], ["data.schema", "data.source=table"]),
+        (["data.skip_malformed=true"], ["data.skip_malformed", "stops at the first bad line"]),
+        (["data.table_rows=[5]"], ["data.table_rows", "tokenizer's vocabulary"]),
+    ],
+)
+def test_text_settings_that_cannot_work_are_config_errors(tmp_path: Path, sets: list[str], expected: list[str]) -> None:
+    path = write_txt(tmp_path / "c.txt", documents(300))
+    with pytest.raises(ConfigError) as err:
+        load_run_config(None, [*LM, "data.source=text", f"data.path={path}", *sets])
+    for text in expected:
+        assert text in str(err.value), str(err.value)
+
+
+def test_the_lm_refuses_dlrm_sources_and_other_suffixes(tmp_path: Path) -> None:
+    csv = tmp_path / "c.csv"
+    csv.write_text("y,c\n1,a\n")
+    with pytest.raises(ConfigError, match=r"data.path='.*c.csv': data.source=text reads plain text"):
+        load_run_config(None, [*LM, "data.source=text", f"data.path={csv}"])
+    table = [
+        "data.source=table",
+        f"data.path={csv}",
+        f"data.eval_path={csv}",
+        "data.schema={label: y, categorical: [c]}",
+    ]
+    with pytest.raises(ConfigError, match=r"data.source='table': workload lm reads synthetic text or your documents"):
+        load_run_config(None, [*LM, *table])
+
+
+# ---- end to end: it learns, the estimator prices the real table, the tokenizer is kept ----------
+
+
+def test_the_lm_learns_a_corpus_and_the_table_has_the_tokenizers_size(tmp_path: Path) -> None:
+    path = write_txt(tmp_path / "c.txt", documents(600))
+    sets = [*LM, "data.source=text", f"data.path={path}", "steps=30", "optimizer.lr=0.01"]
+    cfg = load_run_config(None, [*sets, "workload_options={vocab: 2000, context: 32, layers: 1, heads: 2}"])
+    workload = build_workload(cfg)
+    rows = text_tokenizer(cfg.data, 2000, 256).get_vocab_size()
+    assert 259 < rows < 2000  # a small corpus runs out of pairs to merge before the target
+    assert workload.table_sizes == (rows,) and workload.tables[0].rows == rows  # type: ignore[attr-defined]
+    model = workload.build_model()
+    assert model.embeddings.bag.weight.shape[0] == rows and model.output.weight.shape[0] == rows  # type: ignore[union-attr]
+    result = train(cfg)
+    # An untrained model's perplexity is about the table's rows (uniform over ~700); the grammar leaves
+    # far less to guess (30 steps reach ~26, 40 steps ~15).
+    assert result.quality_metric == "perplexity" and result.quality < rows / 10, (result.quality, rows)
+    assert result.units == "tokens" and result.units_per_s is not None
+
+
+def _refused(capsys: pytest.CaptureFixture[str], args: list[str], *expected: str) -> None:
+    code = main(args)
+    said = capsys.readouterr().err
+    assert code == 2, said
+    assert "Traceback" not in said
+    for text in expected:
+        assert text in said, said
+    assert not ray.is_initialized()
+
+
+def _sets(*items: str) -> list[str]:
+    return [a for s in items for a in ("--set", s)]
+
+
+def test_train_from_the_command_line_keeps_the_tokenizer_and_refuses_a_resume_on_changed_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_txt(tmp_path / "c.txt", documents(400))
+    ckpt = tmp_path / "run.ckpt"
+    sets = _sets(*LM, "data.source=text", f"data.path={path}", f"checkpoint.path={ckpt}", "checkpoint.resume=true")
+    assert main(["train", "--format", "json", *sets]) == 0
+    assert json.loads(capsys.readouterr().out)["quality_metric"] == "perplexity"
+    kept = tmp_path / "run.ckpt.tokenizer.json"
+    assert kept.read_text() == text_tokenizer(data_for(path), 300, 256).to_str()
+    assert Tokenizer.from_file(str(kept)).token_to_id("<eos>") == EOS  # a server loads it as it is
+    assert main(["train", "--format", "json", *sets, "--set", "steps=8"]) == 0  # the same text: resumes
+    capsys.readouterr()
+    write_txt(path, [*documents(400, seed=9), "zebras quizzically zigzag " * 20])  # new text: a new tokenizer
+    _refused(capsys, ["train", *sets], "checkpoint.path", "run.ckpt.tokenizer.json", "tokenize to other ids")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"txt": "typo"}\n')
+    _refused(capsys, ["train", *_sets(*LM, "data.source=text", f"data.path={bad}")], str(bad), "line 2", "'text'")
+
+
+def test_the_sweep_parent_run_holds_the_tokenizer(tmp_path: Path) -> None:
+    from elastune.tracking.mlflow import SweepTracker
+    from elastune.tracking.records import SweepRecord
+    from mlflow import MlflowClient
+
+    path = write_txt(tmp_path / "c.txt", documents(300))
+    base = {
+        "workload": "lm",
+        "workload_options": {"vocab": 280, "context": 32},
+        "data": {"source": "text", "path": str(path)},
+        "eval": {"samples": 256},
+    }
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    record = SweepRecord(sweep_id="s-text", spec={"name": "s", "base": base}, status="running", started_at=time.time())
+    run_id = SweepTracker(uri).start_sweep(record)
+    local = MlflowClient(uri).download_artifacts(run_id, "tokenizer/tokenizer.json", str(tmp_path))
+    logged = Path(local).read_text()
+    assert logged == text_tokenizer(data_for(path), 280, 256).to_str()
+    assert Tokenizer.from_file(local).get_vocab_size() <= 280
