@@ -71,12 +71,21 @@ TABLE_SUFFIXES = {
     ".pq": "parquet",
 }
 ColumnName = Annotated[str, Field(min_length=1, max_length=200)]
+TEXT_SUFFIXES = {".txt": "txt", ".txt.gz": "txt", ".jsonl": "jsonl", ".jsonl.gz": "jsonl"}
+_TEXT_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,99}$")
 
 
 def table_format(path: Path) -> str | None:
     """ "csv" or "parquet" for a data.path of `source: table`, from its suffix; None if neither."""
     name = path.name.lower()
     return next((fmt for suffix, fmt in TABLE_SUFFIXES.items() if name.endswith(suffix)), None)
+
+
+def text_format(path: Path) -> str | None:
+    """ "txt" (one document per non-empty line) or "jsonl" (one JSON object per line) for a data.path
+    of `source: text`, from its suffix; None if neither."""
+    name = path.name.lower()
+    return next((fmt for suffix, fmt in TEXT_SUFFIXES.items() if name.endswith(suffix)), None)
 
 
 class TableSchema(_Section):
@@ -122,7 +131,8 @@ class TableSchema(_Section):
 
 class DataConfig(_Section):
     """Where samples come from. `synthetic` needs no files and plants a learnable signal; `table`
-    reads a CSV or Parquet file of your own columns, described by `data.schema` (docs/data.md)."""
+    reads a CSV or Parquet file of your own columns, described by `data.schema`; `text` reads your
+    documents for `workload: lm` (docs/data.md)."""
 
     # `schema` is the key (a BaseModel attribute: the field is `table_schema`, aliased).
     model_config = ConfigDict(
@@ -159,10 +169,11 @@ class DataConfig(_Section):
     pin_memory: bool = Field(
         False, description="Batches in page-locked host memory, copied to the GPU asynchronously (GPU runs only)."
     )
-    source: Literal["synthetic", "criteo_tsv", "parquet", "table"] = Field(
+    source: Literal["synthetic", "criteo_tsv", "parquet", "table", "text"] = Field(
         "synthetic",
         description="synthetic | criteo_tsv | parquet (Criteo's columns) | table (your own columns: "
-        "CSV or Parquet with data.schema).",
+        "CSV or Parquet with data.schema) | text (workload lm: your documents, .txt one per line or .jsonl, "
+        "tokenized by a byte-level BPE trained on them).",
     )
     rows_scale: float = Field(
         0.01, gt=0, le=1.0, description="Criteo Kaggle table sizes x this (1.0 = the real sizes)."
@@ -176,14 +187,22 @@ class DataConfig(_Section):
     )
     zipf_alpha: float = Field(1.15, gt=0, le=5, description="Skew of the synthetic id stream.")
     pooling: int = Field(1, ge=1, le=64, description="Ids per bag (multi-hot) in synthetic data.")
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed of the synthetic stream and its hidden teacher.")
+    seed: int = Field(
+        0,
+        ge=0,
+        le=MAX_SEED,
+        description="Seed of the synthetic stream and its hidden teacher; source=text: of the training "
+        "sequences' order.",
+    )
     path: Path | None = Field(
         None,
-        description="Training file for criteo_tsv / parquet / table (table: .csv, .tsv, .csv.gz, .tsv.gz, "
-        ".parquet or .pq).",
+        description="Training file for criteo_tsv / parquet / table / text (table: .csv, .tsv, .csv.gz, "
+        ".tsv.gz, .parquet or .pq; text: .txt, .txt.gz, .jsonl or .jsonl.gz).",
     )
     eval_path: Path | None = Field(
-        None, description="Held-out file; without it the first eval.samples rows of path are held out."
+        None,
+        description="Held-out file; without it the first eval.samples rows of path are held out (source=text: "
+        "eval.samples documents spread over it).",
     )
     skip_malformed: bool = Field(
         False, description="Skip and count malformed rows instead of failing (criteo_tsv / parquet)."
@@ -205,6 +224,11 @@ class DataConfig(_Section):
         le=2**31,
         description="source=table, vocabulary: values seen fewer times than this share the rare-or-unseen row "
         "(2: values seen once train that row, which unseen values then use).",
+    )
+    text_field: str = Field(
+        "text",
+        description="source=text, JSON Lines: the top-level key of each line's object that holds the document "
+        "(a string).",
     )
     hash_buckets: (
         Annotated[int, Field(ge=2, le=MAX_TABLE_ROWS)]
@@ -228,6 +252,16 @@ class DataConfig(_Section):
             raise ValueError("file does not exist; give the path to an existing data file")
         return path
 
+    @field_validator("text_field")
+    @classmethod
+    def _key_like(cls, value: str) -> str:
+        if not _TEXT_FIELD.match(value):
+            raise ValueError(
+                "must be a top-level JSON key of up to 100 letters, digits, _ or -, starting with a letter or _ "
+                "(e.g. text, content)"
+            )
+        return value
+
     @model_validator(mode="after")
     def _files_need_a_path(self) -> DataConfig:
         if self.source != "synthetic" and self.path is None:
@@ -235,7 +269,10 @@ class DataConfig(_Section):
                 f"data.source={self.source!r} needs data.path; set data.path=FILE or use data.source=synthetic"
             )
         if self.source != "synthetic" and self.table_rows is not None:
-            has = "the tables of data.schema" if self.source == "table" else "the Criteo files' 26 columns"
+            has = {
+                "table": "the tables of data.schema",
+                "text": "one table, the tokenizer's vocabulary (workload_options.vocab)",
+            }.get(self.source, "the Criteo files' 26 columns")
             raise ValueError(
                 f"data.table_rows sets synthetic tables; data.source={self.source!r} has {has}: drop "
                 "data.table_rows or use data.source=synthetic"
@@ -244,6 +281,13 @@ class DataConfig(_Section):
             raise ValueError(
                 f"data.prefetch={self.prefetch} is what each loader worker keeps ready, and data.loader_workers=0 "
                 "reads in the training process: set data.loader_workers >= 1 or drop data.prefetch"
+            )
+        if self.source == "text":
+            self._text_rules()
+        elif self.text_field != "text":
+            raise ValueError(
+                f"data.text_field names the documents' key in a data.source=text JSON Lines file, not "
+                f"data.source={self.source!r}; drop data.text_field or set data.source=text"
             )
         if self.source == "table":
             self._table_rules()
@@ -288,6 +332,29 @@ class DataConfig(_Section):
             raise ValueError(
                 "data.hash_buckets sets the rows of hashed tables; with data.encoding=vocabulary the table sizes "
                 "come from the data: drop data.hash_buckets or set data.encoding=hash"
+            )
+
+    def _text_rules(self) -> None:
+        formats = []
+        for key, path in (("data.path", self.path), ("data.eval_path", self.eval_path)):
+            if path is None:
+                continue
+            formats.append(text_format(path))
+            if formats[-1] is None:
+                raise ValueError(
+                    f"{key}={str(path)!r}: data.source=text reads plain text (.txt, .txt.gz: one document per "
+                    "non-empty line) or JSON Lines (.jsonl, .jsonl.gz: one object per line), told apart by the "
+                    "suffix; rename the file or convert it"
+                )
+        if self.text_field != "text" and "jsonl" not in formats:
+            raise ValueError(
+                f"data.text_field={self.text_field!r} names the documents' key in a JSON Lines file, and "
+                "data.path is plain text (one document per line); drop data.text_field or give a .jsonl file"
+            )
+        if self.skip_malformed:
+            raise ValueError(
+                "data.skip_malformed applies to criteo_tsv / parquet; a text source stops at the first bad line, "
+                "naming it: fix the line or drop data.skip_malformed"
             )
 
     def _bucket_rules(self, schema: TableSchema) -> None:

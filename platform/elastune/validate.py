@@ -24,7 +24,9 @@ from elastune.embeddings.shared import validate_groups
 from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
 from elastune.errors import MISSING, ConfigError, DataError, Problem
 from elastune.workloads import WorkloadError, build_workload
+from elastune.workloads.lm import LMOptions
 from elastune.workloads.table_source import check_table_data
+from elastune.workloads.text_source import MIN_VOCAB, check_text_data
 
 __all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
 
@@ -66,6 +68,10 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
             check_table_data(cfg.data, 0 if cfg.data.eval_path else cfg.eval.samples)
         except DataError as exc:
             return [Problem("data.path", MISSING, str(exc))]  # the message names the file
+    if cfg.data.source == "text":
+        problems = _text_problems(cfg)
+        if problems:
+            return problems
     try:
         tables = build_workload(cfg).table_sizes  # found, built with its options, a Workload
     except WorkloadError as exc:
@@ -110,6 +116,40 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
             )
         )
     return problems
+
+
+def _text_problems(cfg: RunConfig) -> list[Problem]:
+    """data.source=text: a workload that reads documents, a vocabulary a byte-level tokenizer can
+    have, and the files read as the run will read them: every line checked, the tokenizer trained and
+    the documents tokenized, cached for the run (once per file and settings)."""
+    if cfg.workload != "lm":
+        return [
+            Problem(
+                "data.source",
+                "text",
+                f"documents are read by workload=lm, not workload={cfg.workload!r}; set workload=lm, or give "
+                f"{cfg.workload!r} a source of its own (synthetic, table, ...)",
+            )
+        ]
+    try:
+        options = LMOptions.model_validate(cfg.workload_options)
+    except ValidationError:
+        return []  # build_workload names the option
+    if options.vocab < MIN_VOCAB:
+        return [
+            Problem(
+                "workload_options.vocab",
+                options.vocab,
+                f"data.source=text trains a byte-level tokenizer, which needs at least {MIN_VOCAB} ids (every byte, "
+                f"<pad>, <unk>, <eos>); set workload_options.vocab to {MIN_VOCAB} or more",
+            )
+        ]
+    try:
+        eval_samples = 0 if cfg.data.eval_path else cfg.eval.samples
+        check_text_data(cfg.data, vocab=options.vocab, context=options.context, eval_samples=eval_samples)
+    except DataError as exc:
+        return [Problem("data.path", MISSING, str(exc))]  # the message names the file
+    return []
 
 
 def _override_problems(cfg: RunConfig) -> list[Problem]:

@@ -216,3 +216,14 @@ def test_length_buckets_pad_less_for_the_same_step() -> None:
 def test_length_buckets_need_dynamic_padding(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", *_sets(*SMALL, "data.bucket_by_length=true")]) == 2
     assert "data.bucket_by_length" in capsys.readouterr().err
+
+
+def test_a_resume_with_other_workload_options_is_refused(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The LM's stream depends on its options (mean_length, vocab): resuming a checkpoint under
+    other options would continue on a different stream, so it is refused."""
+    target = tmp_path / "lm.ckpt"
+    quick = [*SMALL, "steps=2", "warmup_steps=0", f"checkpoint.path={target}"]
+    assert main(["train", *_sets(*quick)]) == 0
+    other = "workload_options={vocab: 256, context: 32, mean_length: 12, layers: 2, heads: 2}"
+    assert main(["train", *_sets(*quick, other, "checkpoint.resume=true", "steps=4")]) == 2
+    assert "different workload_options" in capsys.readouterr().err

@@ -204,18 +204,19 @@ class SweepTracker:
             params["quality_tolerance"] = repr(record.quality_tolerance)
         self._write(state, params=params, tags=self._sweep_tags(record))
         self._client.log_text(state.run_id, yaml.safe_dump(record.spec, sort_keys=False), "spec.yaml")
-        self._log_vocabulary(state.run_id, record.spec.get("base"))
+        self._log_data_artifact(state.run_id, record.spec.get("base"))
         return state.run_id
 
-    def _log_vocabulary(self, run_id: str, base: Any) -> None:
-        """A table source's vocabulary (of the spec's base config: the file and schema every trial reads)
-        as the parent run's artifact vocabulary/vocabulary.json, so a model can be served from what
-        MLflow holds. The spec was validated, so the vocabulary is in the cache: no file is re-read."""
-        from elastune.workloads.table_source import vocabulary_of
+    def _log_data_artifact(self, run_id: str, base: Any) -> None:
+        """A file source's data artifact (of the spec's base config: the file every trial reads) on
+        the parent run, so a model can be served from what MLflow holds: a table's vocabulary as
+        vocabulary/vocabulary.json, a text's tokenizer as tokenizer/tokenizer.json. The spec was
+        validated, so the artifact is in the cache: no file is re-read."""
+        from elastune.workloads.data import data_artifact
 
-        text = vocabulary_of(base.get("data") if isinstance(base, dict) else None)
-        if text is not None:
-            self._client.log_text(run_id, text, "vocabulary/vocabulary.json")
+        artifact = data_artifact(base) if isinstance(base, dict) else None
+        if artifact is not None:
+            self._client.log_text(run_id, artifact.text, artifact.mlflow_path)
 
     def log_trial(self, record: SweepRecord, trial: TrialRecord) -> str:
         """Create or update the trial's child run (one per sweep_id and trial_id, never two)."""

@@ -60,5 +60,8 @@ def step_batches(
         prefetch_factor=data.prefetch if workers else None,
         # pinned on the loader's own thread (Batch.pin_memory); without a GPU torch would only warn
         pin_memory=data.pin_memory and torch.cuda.is_available(),
+        # its own generator: a loader draws a seed from one when it starts, and drawing it from the
+        # global RNG would make a resumed run's random stream differ from the uninterrupted one's
+        generator=torch.Generator().manual_seed(0),
     )
     yield from loader

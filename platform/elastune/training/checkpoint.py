@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -36,11 +36,14 @@ from elastune.config import CheckpointConfig
 from elastune.errors import ConfigError, InputError, Problem
 from elastune.training.optim import Optimizers
 
+if TYPE_CHECKING:
+    from elastune.workloads.data import DataArtifact
+
 __all__ = ["LoopState", "check_checkpoint", "load_checkpoint", "save_checkpoint"]
 
 # Config sections that must match for a checkpoint to be resumable: they shape the weights and
 # the data stream. Steps, checkpointing and eval may differ.
-_MUST_MATCH = ("workload", "data", "model", "embedding", "optimizer", "precision", "seed")
+_MUST_MATCH = ("workload", "workload_options", "data", "model", "embedding", "optimizer", "precision", "seed")
 # What save_checkpoint writes; a file without all of these is not an elastune checkpoint.
 _KEYS = ("model", "optimizers", "scaler", "loop", "rng", "config")
 # What GradScaler.state_dict() holds when it is enabled (fp16); disabled, it is empty.
@@ -73,7 +76,7 @@ def check_checkpoint(ckpt: CheckpointConfig, config: dict[str, Any], *, writes: 
         return  # a new file: resume starts from scratch, as its description says
     if ckpt.resume:
         _read(path, config, mmap=True)  # mmap: the check reads the structure, not every tensor
-        _check_vocabulary(path, config)
+        _check_data_artifact(path, config)
     elif writes and not _is_empty(path) and not _is_checkpoint(path):
         raise _problem(
             path,
@@ -107,45 +110,48 @@ def save_checkpoint(
     except BaseException:
         tmp.unlink(missing_ok=True)  # a failed write (disk full, interrupted) leaves nothing behind
         raise
-    _save_vocabulary(path, config)
+    _save_data_artifact(path, config)
 
 
-def _vocabulary_of(config: dict[str, Any]) -> str | None:
-    from elastune.workloads.table_source import vocabulary_of
+def _data_artifact(config: dict[str, Any]) -> DataArtifact | None:
+    from elastune.workloads.data import data_artifact
 
-    return vocabulary_of(config.get("data"))
+    return data_artifact(config)
 
 
-def _check_vocabulary(path: Path, config: dict[str, Any]) -> None:
-    """A run resumed on a table source must number the values as the checkpoint's run did: the
-    same config can read a file whose contents changed since, and then every row id would move."""
-    beside = path.with_name(path.name + ".vocab.json")
-    current = _vocabulary_of(config)
-    if current is None or not beside.is_file():
+def _check_data_artifact(path: Path, config: dict[str, Any]) -> None:
+    """A run resumed on a file source must turn the data into the ids the checkpoint's run did (a
+    table's vocabulary, a text's tokenizer): the same config can read a file whose contents changed
+    since, and then every row id would move."""
+    artifact = _data_artifact(config)
+    if artifact is None:
+        return
+    beside = path.with_name(path.name + artifact.suffix)
+    if not beside.is_file():
         return
     try:
-        saved = json.loads(beside.read_text()).get("columns")
-    except (OSError, ValueError, AttributeError):
+        saved = artifact.ids(json.loads(beside.read_text()))
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
         saved = None
-    now = json.loads(current)["columns"]
-    if saved is None or {c: d.get("values") for c, d in saved.items()} != {c: d["values"] for c, d in now.items()}:
+    if saved is None or saved != artifact.ids(json.loads(artifact.text)):
         raise _problem(
             path,
-            f"was trained with the vocabulary in {str(beside)!r}, and data.path's values now map to other rows "
-            "(the file changed since); resume on the data it was trained on, or point checkpoint.path at a new file",
+            f"was trained with the {artifact.name} in {str(beside)!r}, and {artifact.changed}; resume on the data "
+            "it was trained on, or point checkpoint.path at a new file",
         )
 
 
-def _save_vocabulary(path: Path, config: dict[str, Any]) -> None:
-    """A table source's vocabulary beside the checkpoint (`<checkpoint>.vocab.json`): the weights'
-    rows mean nothing without the value -> id map that trained them (workloads/table_source.py)."""
-    text = _vocabulary_of(config)
-    if text is None:
+def _save_data_artifact(path: Path, config: dict[str, Any]) -> None:
+    """A file source's data artifact beside the checkpoint (`<checkpoint>.vocab.json`,
+    `<checkpoint>.tokenizer.json`): the weights' rows mean nothing without the map to ids that
+    trained them (workloads/data.py: DataArtifact)."""
+    artifact = _data_artifact(config)
+    if artifact is None:
         return
-    target = path.with_name(path.name + ".vocab.json")
+    target = path.with_name(path.name + artifact.suffix)
     tmp = target.with_name(target.name + ".tmp")
     try:
-        tmp.write_text(text)
+        tmp.write_text(artifact.text)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

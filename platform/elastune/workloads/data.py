@@ -20,16 +20,19 @@ Sources:
   (both in workloads/criteo_files.py).
 * `TableSource` (workloads/table_source.py) reads a CSV or Parquet file of the user's own columns
   (`data.source: table`, `data.schema`): its own dense width, one table per categorical column.
+* `TextSource` (workloads/text_source.py) reads the user's documents for `workload: lm`
+  (`data.source: text`), tokenized by a BPE trained on them.
 
-This module holds what they share: the shapes, `Batch`, the `DataSource` protocol.
+This module holds what they share: the shapes, `Batch`, the `DataSource` protocol, and the
+`DataArtifact` a file source keeps beside the weights.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -42,9 +45,11 @@ __all__ = [
     "NUM_DENSE",
     "NUM_SPARSE",
     "Batch",
+    "DataArtifact",
     "DataSource",
     "check_range",
     "concat_batches",
+    "data_artifact",
     "empty_batch",
     "hash_category",
     "table_sizes",
@@ -181,3 +186,40 @@ def hash_category(value: str, size: int) -> int:
 def check_range(start: int, n: int) -> None:
     if start < 0 or n < 0:
         raise ValueError(f"read(start={start}, n={n}): start and n must be >= 0")
+
+
+# ----------------------------------------------------------------------------------------------
+# What a file source keeps beside the weights
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataArtifact:
+    """What turned a file source's data into the ids a model trained on: a table source's
+    vocabulary, a text source's tokenizer. The weights' rows mean nothing without it, so
+    training/checkpoint.py writes it beside a checkpoint (`<checkpoint><suffix>`) and refuses a
+    resume whose data now gives other ids, and tracking/mlflow.py logs it on a sweep's parent run."""
+
+    name: str  # what it is, in messages: "vocabulary", "tokenizer"
+    text: str  # its JSON
+    suffix: str  # the file beside a checkpoint: <checkpoint.path><suffix>
+    mlflow_path: str  # the artifact on a sweep's MLflow parent run
+    changed: str  # what a resume is told when the data now gives other ids
+    ids: Callable[[Any], Any]  # what of the parsed JSON must be equal for the ids to be the same
+
+
+def data_artifact(config: Mapping[str, Any]) -> DataArtifact | None:
+    """The data artifact of a run config given as a plain dict (a checkpoint's, a sweep spec's
+    base), built if it is not cached; None for data that has none (synthetic data, the Criteo
+    files, a hashed table)."""
+    data = config.get("data")
+    source = data.get("source") if isinstance(data, Mapping) else None
+    if source == "table":
+        from elastune.workloads.table_source import vocabulary_artifact  # they build on this module
+
+        return vocabulary_artifact(data)
+    if source == "text":
+        from elastune.workloads.text_source import tokenizer_artifact
+
+        return tokenizer_artifact(config)
+    return None

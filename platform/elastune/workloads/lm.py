@@ -4,6 +4,14 @@ It is written on the public workload API alone (`TableSpec`, `build_tables`, `Qu
 `evaluate`): the vocabulary embedding is a table of the run's strategy, so `embedding.strategy`
 (full, half, int8, hashed), the row-wise optimizers and the estimator apply to it as to DLRM's.
 
+Data (`data.source`):
+- `synthetic` (default): `SyntheticText` below, `workload_options.vocab` ids with a learnable rule
+  and log-normal lengths around `workload_options.mean_length`;
+- `text`: your documents (`data.path`, .txt or .jsonl), tokenized by a byte-level BPE trained on
+  them to `workload_options.vocab` ids (workloads/text_source.py; mean_length is not read). The
+  token table has the tokenizer's real size, which a small corpus leaves below the target.
+Other sources (Criteo's, a table's columns) are DLRM's and are refused.
+
 A sequence travels in a `Batch` as
 - sparse: int64 [B, 1, context], the token ids, right-padded with PAD (0);
 - dense: float32 [B, 1], the sequence's real length (its tokens; at least 2);
@@ -43,12 +51,12 @@ from torch.utils.checkpoint import checkpoint
 from elastune.compat import is_fake
 from elastune.config import RunConfig
 from elastune.embeddings.tables import TableSpec, build_tables
-from elastune.workloads.data import Batch
+from elastune.workloads.data import Batch, DataSource
 from elastune.workloads.quality import QualityMetric
+from elastune.workloads.text_source import PAD, TextSource, text_tokenizer
 
-__all__ = ["LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
+__all__ = ["PAD", "LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
 
-PAD = 0
 CHUNK = 1024  # sequences per generated chunk
 
 
@@ -60,9 +68,19 @@ class LMOptions(BaseModel):
     layers: int = Field(2, ge=1, le=96, description="Transformer blocks.")
     heads: int = Field(4, ge=1, le=128, description="Attention heads; model.embedding_dim must divide by it.")
     context: int = Field(128, ge=8, le=32768, description="Longest sequence (tokens).")
-    vocab: int = Field(4096, ge=16, le=2_000_000, description="Vocabulary size of the synthetic text.")
+    vocab: int = Field(
+        4096,
+        ge=16,
+        le=2_000_000,
+        description="Vocabulary size: of the synthetic text, or the target of data.source=text's tokenizer "
+        "(at least 259: every byte, <pad>, <unk>, <eos>).",
+    )
     mean_length: float = Field(
-        40.0, gt=2, le=32768, description="Synthetic text: mean sequence length (log-normal, clipped to context)."
+        40.0,
+        gt=2,
+        le=32768,
+        description="Synthetic text: mean sequence length (log-normal, clipped to context); data.source=text "
+        "does not read it.",
     )
 
 
@@ -237,15 +255,24 @@ class LMWorkload:
                 f"data.bucket_by_length sorts sequences so that dynamic padding pads less; with "
                 f"data.padding={cfg.data.padding!r} it does nothing: set data.padding=dynamic or drop it"
             )
-        self.tables = [TableSpec("tokens", options.vocab, width)]
-        self.table_sizes: tuple[int, ...] = (options.vocab,)
+        # the token table: the synthetic vocabulary, or the text tokenizer's real size (cached by validation)
+        self.vocab = options.vocab
+        if cfg.data.source == "text":
+            self.vocab = text_tokenizer(cfg.data, options.vocab, self._eval_samples).get_vocab_size()
+        self.tables = [TableSpec("tokens", self.vocab, width)]
+        self.table_sizes: tuple[int, ...] = (self.vocab,)
+
+    @property
+    def _eval_samples(self) -> int:
+        """Documents of data.path a text source holds out (none with data.eval_path)."""
+        return 0 if self.cfg.data.eval_path else self.cfg.eval.samples
 
     def build_model(self) -> nn.Module:
         m = self.cfg.model
         embeddings = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
         return TransformerLM(
             embeddings,
-            self.options.vocab,
+            self.vocab,
             m.embedding_dim,
             self.options,
             tie=m.tie_embeddings,
@@ -253,9 +280,11 @@ class LMWorkload:
             every=m.checkpoint_every,
         )
 
-    def data_source(self) -> SyntheticText:
-        o = self.options
-        return SyntheticText(o.vocab, o.context, min(o.mean_length, o.context), seed=self.cfg.data.seed)
+    def data_source(self) -> DataSource:
+        o, d = self.options, self.cfg.data
+        if d.source == "text":
+            return TextSource(d, vocab=o.vocab, context=o.context, eval_samples=self._eval_samples)
+        return SyntheticText(o.vocab, o.context, min(o.mean_length, o.context), seed=d.seed)
 
     def arrange_step(self, batch: Batch) -> Batch:
         """A step's sequences in the order its micro-batches take them: by length under

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from elastune.config import RunConfig
 from elastune.workloads.base import DLRMWorkload, Workload
-from elastune.workloads.lm import lm_only_settings, make_lm
+from elastune.workloads.lm import LMOptions, lm_only_settings, make_lm
 from elastune.workloads.quality import quality_of
 
 __all__ = ["ENTRY_POINT_GROUP", "WorkloadError", "WorkloadFactory", "build_workload", "resolve", "workload_names"]
@@ -51,7 +51,21 @@ def _dlrm(cfg: RunConfig, options: Any) -> Workload:
     return DLRMWorkload(cfg)
 
 
-_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm, "lm": make_lm}
+def _lm(cfg: RunConfig, options: Any) -> Workload:
+    if cfg.data.source not in ("synthetic", "text"):
+        raise WorkloadError(
+            "data.source",
+            cfg.data.source,
+            "workload lm reads synthetic text or your documents (data.source=text, data.path=FILE.txt or .jsonl); "
+            "the Criteo files and a table's columns are workload dlrm's: set data.source=text or synthetic, or "
+            "workload=dlrm",
+        )
+    return make_lm(cfg, options)
+
+
+_lm.options_model = LMOptions  # type: ignore[attr-defined]
+
+_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm, "lm": _lm}
 
 
 def workload_names() -> list[str]:

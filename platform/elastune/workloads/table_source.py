@@ -77,7 +77,7 @@ import torch
 from elastune.config import DataConfig, TableSchema, elastune_home, table_format
 from elastune.errors import DataError
 from elastune.workloads.criteo_files import _Block, _FileSource
-from elastune.workloads.data import F64, I64, Batch
+from elastune.workloads.data import F64, I64, Batch, DataArtifact
 
 __all__ = [
     "FIRST_ID",
@@ -90,6 +90,7 @@ __all__ = [
     "check_table_data",
     "hash_id",
     "table_layout",
+    "vocabulary_artifact",
     "vocabulary_file",
     "vocabulary_json",
     "vocabulary_of",
@@ -393,6 +394,21 @@ def vocabulary_of(data: Any) -> str | None:
     if data.get("encoding", "vocabulary") != "vocabulary":
         return None
     return vocabulary_json(DataConfig.model_validate(data))
+
+
+def vocabulary_artifact(data: Any) -> DataArtifact | None:
+    """`vocabulary_of(data)` as the DataArtifact a checkpoint and a sweep's MLflow run keep."""
+    text = vocabulary_of(data)
+    if text is None:
+        return None
+    return DataArtifact(
+        name="vocabulary",
+        text=text,
+        suffix=".vocab.json",
+        mlflow_path="vocabulary/vocabulary.json",
+        changed="data.path's values now map to other rows (the file changed since)",
+        ids=lambda raw: {c: d.get("values") for c, d in raw["columns"].items()},  # counts may change
+    )
 
 
 _LOADED: dict[Path, Vocabulary] = {}  # this process's vocabularies, by cache file

@@ -1,0 +1,541 @@
+"""`data.source: text`: your own documents for `workload: lm`, tokenized by a BPE trained on them.
+
+```yaml
+workload: lm
+workload_options: {vocab: 8192, context: 256}   # vocab: the tokenizer's target size
+data:
+  source: text
+  path: corpus.jsonl           # or .jsonl.gz, .txt, .txt.gz (the suffix says which)
+  text_field: text             # JSON Lines: the key that holds each document
+  eval_path: held-out.txt      # optional
+```
+
+Documents: in a .txt (.txt.gz) each non-empty line is one document (its text without the line
+ending; a line of whitespace only is none). In a .jsonl (.jsonl.gz) each non-blank line is one
+JSON object and the document is its `text_field` string (an empty or blank string is none). Files
+are UTF-8 (a byte-order mark at the start is skipped), at most MAX_TEXT_BYTES after decompression.
+
+The split: with eval_path every document of path trains and eval_path's are held out. Without it,
+eval.samples documents spread over path are held out: every k-th, k = max(2, documents //
+eval.samples), the first eval.samples of those. Held-out documents are never trained on, not even by
+the tokenizer.
+
+The tokenizer: a byte-level BPE (HuggingFace `tokenizers`) trained on the training documents to
+workload_options.vocab ids, with the special tokens at fixed ids: PAD 0 (the LM's padding), UNK 1
+(reserved: every byte has an id, so nothing is unknown) and EOS 2, appended to every document so
+the model learns where text ends. Text that spells a special token ("<eos>") is encoded as text,
+never as the id (`encode_special_tokens`, which the JSON does not store: a server that loads the
+tokenizer sets it too). The LM's token table has the tokenizer's real size, which is below the
+target when the corpus runs out of pairs to merge. Training is deterministic: the same documents
+give the same JSON, whatever the thread count (tests/unit/test_text_source.py checks it).
+
+Sequences: each document's ids, EOS included, cut into consecutive pieces of at most `context` ids;
+a last piece of one id is dropped (nothing to predict from it). A sequence travels in a `Batch` as
+SyntheticText's (lm.py): sparse int64 [B, 1, context] right-padded with PAD, dense float32 [B, 1]
+its real length, labels zeros. Training sequence k is the (k mod n)-th of the n training sequences
+in one fixed order, shuffled by data.seed so that a batch does not hold one long document's pieces
+or one stretch of the file: a pure function of position, each epoch in the same order.
+`eval_batches` gives the held-out sequences in file order.
+
+The cache, in $ELASTUNE_HOME/tokenizers/ (not beside the data: its folder may be read-only, and a
+job launched from the web UI must not write where a client has a say): `<key>.json`, the tokenizer
+(HuggingFace's format: `Tokenizer.from_file` reads it), and `<key>.ids.npy` (`<key>.eval.npy` for
+eval_path), the documents' ids end to end, each ending in EOS, which trials map into memory instead
+of tokenizing the file again. The key hashes what they depend on: each file's resolved path, size,
+mtime and the SHA-256 of its first and last MiB (not of all of it: every process computes the key),
+and text_field, vocab, the held-out count and the tokenizers version. Written atomically; a changed
+file gets a new key. Validation (validate.py: `check_text_data`) builds them: it reads each file,
+checks every line, trains the tokenizer and tokenizes, once; the run's processes then load them.
+
+Bad input is a DataError naming the file (and the line): an empty file, a line that is not UTF-8 or
+not a JSON object, an object without a string `text_field`, a file past the size bound, fewer than
+2 training sequences, too few documents to hold one out.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import tokenizers
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from elastune.config import DataConfig, RunConfig, elastune_home, text_format
+from elastune.errors import DataError
+from elastune.units import human_bytes
+from elastune.workloads.data import I64, Batch, DataArtifact, Mask, check_range
+
+__all__ = [
+    "EOS",
+    "MAX_TEXT_BYTES",
+    "MIN_VOCAB",
+    "PAD",
+    "UNK",
+    "TextCorpus",
+    "TextSource",
+    "check_text_data",
+    "text_corpus",
+    "text_tokenizer",
+    "tokenizer_artifact",
+    "tokenizer_file",
+    "tokenizer_of",
+]
+
+PAD, UNK, EOS = 0, 1, 2  # PAD is lm.PAD
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")  # in id order
+MIN_VOCAB = 256 + len(SPECIAL_TOKENS)  # every byte has an id, then the special tokens
+MAX_TEXT_BYTES = 2 << 30  # 2 GiB of text, decompressed: the ids are held in memory (4 bytes each)
+HASHED_BYTES = 1 << 20  # the fingerprint hashes a file's first and last MiB
+ENCODE_DOCUMENTS = 1024  # documents per encode_batch call
+CACHE_FORMAT = "elastune.text/1"
+
+U32 = npt.NDArray[np.uint32]
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading: documents, every line checked
+# ----------------------------------------------------------------------------------------------
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the line ending) of `path`, gunzipped; never more than
+    MAX_TEXT_BYTES in all, however long a line is."""
+    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
+    read = 0
+    try:
+        with opener(path, "rb") as f:
+            number = 0
+            while line := f.readline(MAX_TEXT_BYTES - read + 1):
+                number += 1
+                read += len(line)
+                if read > MAX_TEXT_BYTES:
+                    raise _too_big(path, decompressed=opener is gzip.open)
+                if number == 1 and line.startswith(codecs.BOM_UTF8):
+                    line = line[len(codecs.BOM_UTF8) :]
+                yield number, line.rstrip(b"\r\n")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: cannot be read ({exc}); give a readable UTF-8 text file (gzipped if .gz)") from None
+
+
+_JSON_KIND = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+              bool: "true or false", type(None): "null"}  # fmt: skip
+
+
+def _documents(path: Path, text_field: str) -> Iterator[str]:
+    """The documents of `path` in file order (see the module docstring); DataError at the first bad line."""
+    jsonl = text_format(path) == "jsonl"
+    for number, raw in _lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = raw[exc.start : exc.start + 1]
+            raise DataError(
+                f"{path}: line {number}: not UTF-8 (byte {exc.start + 1} of the line is {bad!r}); save it as UTF-8"
+            ) from None
+        if not line.strip():
+            continue
+        if not jsonl:
+            yield line
+            continue
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise DataError(
+                f"{path}: line {number}: not JSON ({str(exc)[:200]}); JSON Lines holds one object per line"
+            ) from None
+        if not isinstance(value, dict):
+            raise DataError(
+                f"{path}: line {number}: is {_JSON_KIND.get(type(value), 'a value')}, not a JSON object; "
+                f'give one object per line, e.g. {{"{text_field}": "the document"}}'
+            )
+        if text_field not in value:
+            keys = ", ".join(map(repr, list(value)[:10])) or "no keys"
+            raise DataError(
+                f"{path}: line {number}: the object has no key {text_field!r} (data.text_field), only {keys}; "
+                "set data.text_field to the key that holds the text, or fix the line"
+            )
+        text = value[text_field]
+        if not isinstance(text, str):
+            raise DataError(
+                f"{path}: line {number}: {text_field!r} (data.text_field) is {_JSON_KIND.get(type(text), 'a value')}, "
+                "not a string; the document must be text"
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(
+                f"{path}: line {number}: {text_field!r} holds an unpaired surrogate escape (\\ud800-\\udfff), "
+                "which is not text; fix the line"
+            ) from None
+        if text.strip():
+            yield text
+
+
+def _too_big(path: Path, *, decompressed: bool) -> DataError:
+    how = "decompressed " if decompressed else ""
+    return DataError(
+        f"{path}: is over the {human_bytes(MAX_TEXT_BYTES)} of {how}text a text source reads (its ids are held "
+        "in memory); split the corpus or sample it down"
+    )
+
+
+def _held_out(documents: int, eval_samples: int) -> Mask:
+    """Which documents are held out for eval: every k-th, k = max(2, documents // eval_samples),
+    the first eval_samples of them; none when eval_samples is 0 (eval_path holds the eval set)."""
+    held = np.zeros(documents, dtype=np.bool_)
+    if eval_samples:
+        k = max(2, documents // eval_samples)
+        held[k - 1 :: k][:eval_samples] = True
+    return held
+
+
+def _check_count(path: Path, documents: int, eval_samples: int) -> None:
+    if documents == 0:
+        raise DataError(f"{path}: has no documents (it is empty, or every line is blank); give a file of text")
+    if eval_samples and documents < 2:
+        raise DataError(
+            f"{path}: has 1 document, and holding one out for evaluation leaves none to train on; give more "
+            "documents (one per line in a .txt) or data.eval_path"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The tokenizer and the ids, cached by fingerprint
+# ----------------------------------------------------------------------------------------------
+
+
+def _file_fingerprint(path: Path) -> dict[str, Any]:
+    resolved = path.resolve()
+    try:
+        stat = resolved.stat()
+        if stat.st_size > MAX_TEXT_BYTES:
+            raise _too_big(path, decompressed=False)
+        digest = hashlib.sha256()
+        with open(resolved, "rb") as f:
+            digest.update(f.read(HASHED_BYTES))
+            f.seek(max(HASHED_BYTES, stat.st_size - HASHED_BYTES))
+            digest.update(f.read(HASHED_BYTES))
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc}); give a readable file") from None
+    return {
+        "path": str(resolved),
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "sha256_ends": digest.hexdigest(),
+    }
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _key(data: DataConfig, vocab: int, eval_samples: int) -> str:
+    """The tokenizer's (and data.path's ids') cache key. eval_path is not in it: a new eval file
+    does not train the tokenizer again."""
+    assert data.source == "text" and data.path is not None, "a validated text config"
+    return _hash(
+        {
+            "format": CACHE_FORMAT,
+            "path": _file_fingerprint(data.path),
+            "text_field": data.text_field,
+            "vocab": vocab,
+            "held_out": eval_samples,
+            "tokenizers": tokenizers.__version__,
+        }
+    )
+
+
+def _cache() -> Path:
+    return elastune_home() / "tokenizers"
+
+
+def tokenizer_file(data: DataConfig, vocab: int, eval_samples: int) -> Path:
+    """Where the tokenizer of `data` is cached: $ELASTUNE_HOME/tokenizers/<key>.json."""
+    return _cache() / f"{_key(data, vocab, eval_samples)}.json"
+
+
+_TOKENIZERS: dict[str, Tokenizer] = {}  # this process's tokenizers, by key
+
+
+def text_tokenizer(data: DataConfig, vocab: int, eval_samples: int) -> Tokenizer:
+    """The tokenizer of `data`, trained on its training documents to `vocab` ids (`eval_samples`
+    documents held out, 0 with eval_path): from the cache, or trained (two passes over data.path)
+    and cached."""
+    if vocab < MIN_VOCAB:
+        raise ValueError(f"vocab={vocab}: a byte-level tokenizer needs at least {MIN_VOCAB} ids")
+    key = _key(data, vocab, eval_samples)
+    known = _TOKENIZERS.get(key)
+    if known is not None:
+        return known
+    where = _cache() / f"{key}.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(where))
+    except Exception:  # none yet, or damaged (the Rust side raises plain Exception): trained again
+        assert data.path is not None
+        tokenizer = _train(data.path, data.text_field, vocab, eval_samples)
+        _write(where, lambda f: f.write(tokenizer.to_str().encode()))
+    tokenizer.encode_special_tokens = True  # "<eos>" in a document is text, not the id
+    _TOKENIZERS[key] = tokenizer
+    return tokenizer
+
+
+def _train(path: Path, text_field: str, vocab: int, eval_samples: int) -> Tokenizer:
+    """A byte-level BPE trained on the training documents of `path`: one pass to count them (which
+    ones are held out depends on how many there are), one to train."""
+    documents = sum(1 for _ in _documents(path, text_field))
+    _check_count(path, documents, eval_samples)
+    held = _held_out(documents, eval_samples)
+    tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.encode_special_tokens = True
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=list(SPECIAL_TOKENS),  # added first: ids 0, 1, 2
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte, seen or not
+        show_progress=False,
+    )
+    train = (doc for doc, out in zip(_documents(path, text_field), held, strict=True) if not out)
+    tokenizer.train_from_iterator(train, trainer=trainer)
+    ids = [tokenizer.token_to_id(token) for token in SPECIAL_TOKENS]
+    assert ids == [PAD, UNK, EOS], f"special tokens at {ids}"
+    return tokenizer
+
+
+def _encode(tokenizer: Tokenizer, documents: Iterable[str]) -> U32:
+    """Every document's ids followed by EOS, end to end."""
+    parts = [np.zeros(0, dtype=np.uint32)]
+    docs = iter(documents)
+    while chunk := list(islice(docs, ENCODE_DOCUMENTS)):
+        encoded = tokenizer.encode_batch_fast(chunk, add_special_tokens=False)
+        parts += [np.array([*e.ids, EOS], dtype=np.uint32) for e in encoded]
+    ids = np.concatenate(parts)
+    # EOS alone marks where a document ends: no document holds a special id (encode_special_tokens)
+    assert int((ids <= EOS).sum()) == len(parts) - 1, "a document encoded to a special id"
+    return ids
+
+
+def _write(where: Path, write: Callable[[Any], Any]) -> None:
+    """Atomically (a concurrent trial reads the whole file or none); a cache that cannot be written
+    only costs the next process the work again."""
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=where.parent, suffix=".tmp", delete=False) as f:
+            write(f)
+        os.replace(f.name, where)
+    except OSError:
+        return
+
+
+def _ids(where: Path, tokenizer: Tokenizer, path: Path, text_field: str) -> U32:
+    """The ids of path's documents: mapped from the cache, or tokenized and cached."""
+    try:
+        ids = np.load(where, mmap_mode="r", allow_pickle=False)
+        if ids.dtype == np.uint32 and ids.ndim == 1 and (len(ids) == 0 or ids[-1] == EOS):
+            return ids
+    except (OSError, ValueError):
+        pass  # none yet, or damaged: tokenized again
+    ids = _encode(tokenizer, _documents(path, text_field))
+    _write(where, lambda f: np.save(f, ids, allow_pickle=False))
+    return ids
+
+
+@dataclass(frozen=True)
+class _Documents:
+    """A file's documents: their ids (each document's, then EOS, end to end), and where each is."""
+
+    ids: U32
+    starts: I64
+    lengths: I64  # EOS included
+
+    @classmethod
+    def of(cls, ids: U32) -> _Documents:
+        ends = (np.flatnonzero(ids == EOS) + 1).astype(np.int64)
+        starts = np.concatenate([[0], ends])[:-1].astype(np.int64)
+        return cls(ids, starts, ends - starts)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+@dataclass(frozen=True)
+class TextCorpus:
+    """A text source's tokenizer and its files' documents."""
+
+    tokenizer: Tokenizer
+    documents: _Documents  # data.path's
+    eval_documents: _Documents | None  # data.eval_path's; None: eval documents are held out of path's
+
+
+_CORPORA: dict[str, TextCorpus] = {}  # this process's corpora, by key
+
+
+def text_corpus(data: DataConfig, vocab: int, eval_samples: int) -> TextCorpus:
+    """The tokenizer and the documents' ids of `data` (see text_tokenizer), from the cache or built."""
+    key = _key(data, vocab, eval_samples)
+    eval_key = _hash([key, _file_fingerprint(data.eval_path)]) if data.eval_path else None
+    known = _CORPORA.get(f"{key}/{eval_key}")
+    if known is not None:
+        return known
+    assert data.path is not None
+    tokenizer = text_tokenizer(data, vocab, eval_samples)
+    documents = _Documents.of(_ids(_cache() / f"{key}.ids.npy", tokenizer, data.path, data.text_field))
+    eval_documents = None
+    if data.eval_path is not None:
+        ids = _ids(_cache() / f"{eval_key}.eval.npy", tokenizer, data.eval_path, data.text_field)
+        eval_documents = _Documents.of(ids)
+    corpus = _CORPORA[f"{key}/{eval_key}"] = TextCorpus(tokenizer, documents, eval_documents)
+    return corpus
+
+
+# ----------------------------------------------------------------------------------------------
+# The source
+# ----------------------------------------------------------------------------------------------
+
+
+def _pieces(starts: I64, lengths: I64, context: int) -> tuple[I64, I64]:
+    """Documents cut into consecutive pieces of at most `context` ids: (start, length) of each
+    piece of at least 2 ids, in document order."""
+    count = -(-lengths // context)
+    doc = np.repeat(np.arange(len(starts)), count)
+    nth = np.arange(len(doc)) - np.repeat(np.cumsum(count) - count, count)
+    start = starts[doc] + nth * context
+    length = np.minimum(context, lengths[doc] - nth * context)
+    keep = length >= 2
+    return start[keep], length[keep]
+
+
+@dataclass(frozen=True)
+class _Sequences:
+    ids: U32
+    starts: I64
+    lengths: I64
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def batch(self, rows: I64 | slice, context: int) -> Batch:
+        starts, lengths = self.starts[rows], self.lengths[rows]
+        columns = np.arange(context)
+        real = columns[None, :] < lengths[:, None]
+        tokens = np.full((len(starts), context), PAD, dtype=np.int64)
+        tokens[real] = self.ids[(starts[:, None] + columns[None, :])[real]]
+        return Batch(
+            torch.from_numpy(lengths.astype(np.float32)[:, None]),
+            torch.from_numpy(tokens[:, None, :]),
+            torch.zeros(len(starts)),
+        )
+
+
+class TextSource:
+    """A DataSource over a file of documents (see the module docstring)."""
+
+    pooling: int
+
+    def __init__(self, data: DataConfig, *, vocab: int, context: int, eval_samples: int) -> None:
+        assert data.path is not None, "a validated text config"
+        corpus = text_corpus(data, vocab, eval_samples)
+        self.tokenizer = corpus.tokenizer
+        self.table_sizes: tuple[int, ...] = (corpus.tokenizer.get_vocab_size(),)
+        self.context = self.pooling = context
+        docs = corpus.documents
+        _check_count(data.path, len(docs), eval_samples)
+        held = _held_out(len(docs), eval_samples)
+        starts, lengths = _pieces(docs.starts[~held], docs.lengths[~held], context)
+        if len(starts) < 2:
+            fix = "lower eval.samples, give data.eval_path or give more text" if held.any() else "give more text"
+            raise DataError(
+                f"{data.path}: gives {len(starts)} training sequence(s) of at least 2 ids, from {int((~held).sum())} "
+                f"training document(s); a run needs at least 2: {fix}"
+            )
+        # one fixed shuffle: consecutive sequences are one document's pieces, or one stretch of the file
+        order = np.random.default_rng(data.seed).permutation(len(starts))
+        self._train = _Sequences(docs.ids, starts[order], lengths[order])
+        if corpus.eval_documents is None:
+            self._eval = _Sequences(docs.ids, *_pieces(docs.starts[held], docs.lengths[held], context))
+        elif len(corpus.eval_documents):
+            evals = corpus.eval_documents
+            self._eval = _Sequences(evals.ids, *_pieces(evals.starts, evals.lengths, context))
+        else:
+            raise DataError(
+                f"{data.eval_path}: has no documents (it is empty, or every line is blank); give held-out text, "
+                "or drop data.eval_path to hold documents of data.path out"
+            )
+
+    @property
+    def train_sequences(self) -> int:
+        return len(self._train)
+
+    @property
+    def eval_sequences(self) -> int:
+        return len(self._eval)
+
+    def read(self, start: int, n: int) -> Batch:
+        check_range(start, n)
+        rows = (start + np.arange(n, dtype=np.int64)) % len(self._train)
+        return self._train.batch(rows, self.context)
+
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
+        n = min(n, len(self._eval))
+        for start in range(0, n, batch_size):
+            yield self._eval.batch(slice(start, min(start + batch_size, n)), self.context)
+
+
+def check_text_data(data: DataConfig, *, vocab: int, context: int, eval_samples: int) -> TextSource:
+    """Every problem validation can find before a run starts (DataError naming the file and line):
+    the source built as a run builds it, every line of every file read, the tokenizer trained and
+    the documents tokenized: the cache the run's processes then load."""
+    return TextSource(data, vocab=vocab, context=context, eval_samples=eval_samples)
+
+
+# ----------------------------------------------------------------------------------------------
+# The artifact: the tokenizer beside a checkpoint and on a sweep's MLflow run
+# ----------------------------------------------------------------------------------------------
+
+
+def _settings(config: Mapping[str, Any]) -> tuple[DataConfig, int, int] | None:
+    """(data, vocab, held-out documents) of a run config given as a plain dict; None if it does
+    not read text. The tokenizer depends on more than `data`: the LM's vocab and eval.samples."""
+    data = config.get("data")
+    if not isinstance(data, Mapping) or data.get("source") != "text":
+        return None
+    from elastune.workloads.lm import LMOptions  # lm builds on this module
+
+    cfg = RunConfig.model_validate(config)
+    vocab = LMOptions.model_validate(cfg.workload_options).vocab
+    return cfg.data, vocab, 0 if cfg.data.eval_path else cfg.eval.samples
+
+
+def tokenizer_of(config: Mapping[str, Any]) -> str | None:
+    """The tokenizer JSON of a run config given as a plain dict (a checkpoint's, a sweep spec's
+    base); None for a config that does not read text."""
+    settings = _settings(config)
+    return None if settings is None else text_tokenizer(*settings).to_str()
+
+
+def tokenizer_artifact(config: Mapping[str, Any]) -> DataArtifact | None:
+    text = tokenizer_of(config)
+    if text is None:
+        return None
+    return DataArtifact(
+        name="tokenizer",
+        text=text,
+        suffix=".tokenizer.json",
+        mlflow_path="tokenizer/tokenizer.json",
+        changed="data.path's documents now tokenize to other ids (the file, or what trains the tokenizer, "
+        "changed since)",
+        ids=lambda raw: raw,  # the whole tokenizer: vocabulary, merges, special tokens, pre-tokenizer
+    )
