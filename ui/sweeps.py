@@ -95,6 +95,9 @@ class SweepReader:
             "trial_count": len(record.trials) if complete else None,
             "counts": record.counts() if complete else None,
             "best_samples_per_s": best.samples_per_s if best else None,
+            # a workload that also counts its own units (an LM's real tokens): their name and best rate
+            "units": next((t.units for t in record.trials if t.units), None),
+            "best_units_per_s": best.units_per_s if best else None,
             "best_trial_id": best.trial_id if best else None,
             "job_id": record.job_id,
             "mlflow_run_id": record.mlflow_run_id,

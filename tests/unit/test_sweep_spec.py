@@ -52,7 +52,7 @@ def test_every_shipped_spec_validates(path: Path) -> None:
 
 
 def test_the_quick_and_full_specs_are_shipped() -> None:
-    assert {"dlrm_quick.yaml", "dlrm_full.yaml"} <= {p.name for p in SHIPPED}
+    assert {"dlrm_quick.yaml", "dlrm_full.yaml", "lm_quick.yaml", "lm_full.yaml"} <= {p.name for p in SHIPPED}
 
 
 def test_unknown_parameter_key_gets_did_you_mean() -> None:

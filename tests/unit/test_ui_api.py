@@ -52,6 +52,32 @@ def _trial(number: int, status: str, sps: float | None, peak: int | None, est: i
     )
 
 
+def write_lm_sweep(tracking_uri: str, sweep_id: str = "sw-ui-lm") -> SweepRecord:
+    """A finished language-model sweep: judged by perplexity, throughput in real tokens too."""
+    record = SweepRecord(
+        sweep_id=sweep_id,
+        spec={"name": "lm_ui_test", "description": "an LM sweep made by the UI tests"},
+        status="running",
+        memory_ceiling_bytes=600 * 2**20,
+        quality_tolerance=0.1,
+        quality_metric="perplexity",
+        reference_quality=40.0,
+        started_at=time.time() - 60,
+    )
+    tracker = SweepTracker(tracking_uri)
+    tracker.start_sweep(record)
+    for number, (padding, sps, tokens) in enumerate([("static", 300.0, 11_000.0), ("packed", 900.0, 33_000.0)]):
+        trial = _trial(number, "ok", sps, 250 * 2**20, 260 * 2**20, **{"data.padding": padding, "batch.micro": 32})
+        trial.units, trial.units_per_s = "tokens", tokens
+        trial.val_logloss = trial.val_auc = None
+        trial.quality, trial.metrics = 41.0 + number, {"perplexity": 41.0 + number, "loss": 3.7}
+        record.trials.append(trial)
+        tracker.log_trial(record, trial)
+    record.status, record.ended_at = "finished", time.time()
+    tracker.finish_sweep(record)
+    return record
+
+
 def write_sweep(tracking_uri: str, sweep_id: str = "sw-ui-1") -> SweepRecord:
     """A finished sweep with every kind of trial: two on the Pareto front, one dominated, one
     pruned, one screened out as infeasible, one OOM."""
@@ -159,6 +185,22 @@ def test_sweep_list_and_detail(client: TestClient, store: tuple[str, SweepRecord
     assert flags["t01"] == (True, True) and flags["t02"] == (False, False)
     assert detail["parameters"] == ["batch.micro", "embedding.strategy"]  # no order in the spec: sorted
     assert detail["mlflow_run_id"] and detail["mlflow_url"] is None  # a SQLite store has no web page
+
+
+def test_an_lm_sweep_shows_its_tokens_and_its_metric(tmp_path: Path, spec_dir: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = write_lm_sweep(uri)
+    settings = UISettings(tracking_uri=uri, spec_dir=spec_dir, allowed_hosts=("testserver",))
+    with TestClient(create_app(settings)) as lm_client:
+        (listed,) = lm_client.get("/api/sweeps").json()
+        assert (listed["units"], listed["best_units_per_s"]) == ("tokens", 33_000.0)
+        detail = lm_client.get(f"/api/sweeps/{record.sweep_id}").json()
+    assert (detail["quality_metric"], detail["best"]["trial_id"]) == ("perplexity", "t01")
+    assert [t["units_per_s"] for t in detail["trials"]] == [11_000.0, 33_000.0]
+    # ...and a DLRM sweep counts no units of its own
+    write_sweep(uri, "sw-ui-dlrm")
+    with TestClient(create_app(settings)) as lm_client:
+        assert lm_client.get("/api/sweeps/sw-ui-dlrm").json()["units"] is None
 
 
 def test_csv_export_has_one_row_per_trial(client: TestClient, store: tuple[str, SweepRecord]) -> None:

@@ -27,12 +27,13 @@
       tile("Out of memory", String(c.oom)),
       tile("Stopped early / failed", `${c.pruned} / ${c.failed}`),
       tile("Best throughput", rate(data.best_samples_per_s), "samples/s"),
+      ...(data.units ? [tile(`Best ${data.units} throughput`, rate(data.best_units_per_s), `${data.units}/s`)] : []),
       tile("Memory ceiling", data.memory_ceiling_bytes ? bytes(data.memory_ceiling_bytes) : "none"));
   }
 
   function trialTip(t) {
     return [`${t.number < 0 ? "reference run" : `trial ${t.number}`} (${t.trial_id}) · ${Elastune.STATUS_WORDS[t.status] || t.status}${t.pareto ? " · Pareto" : ""}${t.best ? " · best" : ""}`,
-      `${rate(t.samples_per_s)} samples/s · peak ${bytes(t.peak_memory_bytes)} measured, ${bytes(t.estimated_peak_bytes)} predicted`,
+      `${rate(t.samples_per_s)} samples/s${t.units ? ` (${rate(t.units_per_s)} ${t.units}/s)` : ""} · peak ${bytes(t.peak_memory_bytes)} measured, ${bytes(t.estimated_peak_bytes)} predicted`,
       ...Object.entries(t.params).map(([k, v]) => `${k} = ${paramText(v)}`)];
   }
 
@@ -67,7 +68,7 @@
     const kv = el("dl", { class: "kv" });
     const add = (k, v) => kv.append(el("dt", { text: k }), el("dd", { text: v }));
     add("trial", `${b.number} (${b.trial_id})`);
-    add("throughput", `${rate(b.samples_per_s)} samples/s`);
+    add("throughput", `${rate(b.samples_per_s)} samples/s${b.units ? ` · ${rate(b.units_per_s)} ${b.units}/s` : ""}`);
     add("peak memory", `${bytes(b.peak_memory_bytes)} measured (${b.peak_memory_kind || "?"}), ${bytes(b.estimated_peak_bytes)} predicted`);
     add(`eval ${data.quality_metric} (quality)`, num(b.quality));
     for (const [k, v] of Object.entries(b.metrics || {})) if (k !== data.quality_metric) add(`eval ${k}`, num(v));
@@ -111,6 +112,7 @@
     { key: "number", label: "#", num: true, cell: (t) => (t.number < 0 ? "reference" : String(t.number)) },
     { key: "status", label: "Status", cell: (t) => [pill(t.status), t.best ? pill("best", "best") : null, t.pareto ? el("span", { class: "small muted", text: " Pareto" }) : null] },
     { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => rate(t.samples_per_s) },
+    { key: "units_per_s", label: "Units/s", num: true, cell: (t) => rate(t.units_per_s) },
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
     { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },
     { key: "quality", label: "Eval quality", num: true, cell: (t) => num(t.quality) },
@@ -119,9 +121,12 @@
   ];
 
   function table() {
-    // The quality column is named by the workload's metric; AUC only for workloads that have it.
-    const named = COLUMNS.map((c) => (c.key === "quality" ? { ...c, label: `Eval ${data.quality_metric}` } : c))
-      .filter((c) => c.key !== "val_auc" || data.trials.some((t) => t.val_auc !== null && t.val_auc !== undefined));
+    // The quality column is named by the workload's metric; AUC only for workloads that have it;
+    // a units column (an LM's real tokens/s) only for workloads that count them.
+    const named = COLUMNS.filter((c) => c.key !== "units_per_s" || data.units)
+      .filter((c) => c.key !== "val_auc" || data.trials.some((t) => t.val_auc !== null && t.val_auc !== undefined))
+      .map((c) => (c.key === "quality" ? { ...c, label: `Eval ${data.quality_metric}` }
+        : c.key === "units_per_s" ? { ...c, label: `${data.units[0].toUpperCase()}${data.units.slice(1)}/s` } : c));
     const cols = [...named, ...data.parameters.map((k) => ({ key: `param:${k}`, label: k, get: (t) => t.params[k], cell: (t) => paramText(t.params[k]) })),
       { key: "error", label: "Note", cell: (t) => (t.error ? t.error.split("\n")[0].slice(0, 120) : "") }];
     const value = (t, c) => (c.get ? c.get(t) : t[c.key]);

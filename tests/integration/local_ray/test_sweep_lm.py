@@ -35,3 +35,30 @@ def test_the_quick_lm_sweep_searches_the_sequence_knobs(ray_local: Any, tmp_path
     assert all(t.quality == pytest.approx(t.metrics["perplexity"]) and t.metrics["tokens"] > 0 for t in finished)
     # throughput in real tokens too (padding excluded): several per sequence, fewer than the context
     assert all(t.units == "tokens" and t.samples_per_s and 2 < t.units_per_s / t.samples_per_s < 32 for t in finished)
+
+
+def test_an_lm_sweep_on_your_own_text(ray_local: Any, tmp_path: Path) -> None:
+    """data.source=text through the whole sweep: validation trains the tokenizer once (cached under
+    the sweep's home), the trials on Ray read it, and MLflow keeps it on the sweep's parent run."""
+    import mlflow
+
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "to", "red", "big", "house"]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n".join(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(4 + i % 9)) for i in range(600)) + "\n"
+    )
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["base"]["workload_options"] = {"layers": 1, "heads": 2, "context": 32, "vocab": 300}
+    raw["base"]["model"] = {"embedding_dim": 32}
+    raw["base"]["eval"] = {"samples": 256}
+    raw["base"]["data"] = {"source": "text", "path": str(corpus)}
+    raw["parameters"] = {"data.padding": {"type": "choice", "values": ["static", "packed"]}}
+    raw["budget"] = {"max_trials": 2, "max_concurrent": 2, "trial_samples": 320}
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    record = run_sweep(SweepSpec.model_validate(raw), SweepOptions(tracking_uri=uri, home=tmp_path))
+    assert record.status == "finished"
+    finished = [t for t in record.trials if t.status == "ok"]
+    assert len(finished) >= 2 and all(t.quality < 300 for t in finished)  # below a uniform guess over the vocabulary
+    client = mlflow.tracking.MlflowClient(uri)
+    names = [a.path for a in client.list_artifacts(record.mlflow_run_id, "tokenizer")]
+    assert names == ["tokenizer/tokenizer.json"]

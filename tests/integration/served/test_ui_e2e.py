@@ -28,7 +28,7 @@ from elastune.ui import UISettings, create_app
 
 from tests.integration.served.conftest import RayHead
 from tests.integration.sweep_specs import tiny_spec, write_spec
-from tests.unit.test_ui_api import write_sweep
+from tests.unit.test_ui_api import write_lm_sweep, write_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -266,6 +266,15 @@ def test_launch_a_sweep_from_the_browser_and_read_its_results(
     page.locator("#trial-table th[data-key=samples_per_s]").click()  # sorts; must not break the table
     assert page.locator("#trial-table tbody tr[data-trial]").count() >= 2
     page.screenshot(path=str(shots / "sweep.png"), full_page=True)
+
+    # 4b. A language-model sweep: its quality column is named by its metric, its real tokens/s shown
+    write_lm_sweep(served.tracking_uri)
+    page.goto(f"{served.base}/sweeps/sw-ui-lm")
+    page.wait_for_selector("#trial-table tbody tr[data-trial]")
+    headers = page.locator("#trial-table th").all_inner_texts()
+    assert any("Tokens/s" in h for h in headers) and any("Eval perplexity" in h for h in headers), headers
+    assert "33" in page.inner_text("#tiles") and "tokens/s" in page.inner_text("#best")
+    page.screenshot(path=str(shots / "sweep-lm.png"), full_page=True)
 
     # 5. The memory view: this sweep ran on CPU (no shared GPU), so it says so in plain words.
     page.goto(f"{served.base}/memory")
