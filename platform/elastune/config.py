@@ -626,6 +626,14 @@ class RunConfig(_Section):
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for model init and anything random in training.")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="torch's intra-op CPU threads (torch.set_num_threads); none: torch's own default (the "
+        "machine's cores, or $OMP_NUM_THREADS). A sweep sets it to each trial's CPUs, so a trial's throughput "
+        "and its rerun's are measured alike.",
+    )
     steps: int = Field(300, ge=1, le=MAX_STEPS, description="Optimizer steps, warm-up included.")
     warmup_steps: int = Field(20, ge=0, le=MAX_STEPS, description="Steps left out of the throughput figure.")
     data: DataConfig = Field(default_factory=lambda: DataConfig())

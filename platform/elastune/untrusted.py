@@ -30,6 +30,7 @@ CLIENT_KEYS: frozenset[str] = frozenset(
         "seed",
         "device",
         "precision",
+        "threads",
         "steps",
         "warmup_steps",
         "data.rows_scale",

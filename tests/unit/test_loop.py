@@ -117,3 +117,36 @@ def test_result_reports_what_it_measured(tiny_cfg: MakeCfg) -> None:
     assert r.estimated_peak_bytes is None  # the loop measures; `elastune train` attaches the prediction
     assert 0.0 <= r.val_auc <= 1.0
     assert r.config["batch"]["micro"] == 64
+
+
+def test_threads_are_the_configs_while_it_trains_and_restored_after(tiny_cfg: MakeCfg) -> None:
+    before = torch.get_num_threads()
+    wanted = 1 if before != 1 else 2
+    seen: list[int] = []
+    train(
+        tiny_cfg(f"threads={wanted}", "steps=4", "warmup_steps=1"),
+        on_progress=lambda p: seen.append(torch.get_num_threads()),
+        progress_every=1,
+    )
+    assert seen and set(seen) == {wanted}
+    assert torch.get_num_threads() == before
+    seen.clear()
+    train(
+        tiny_cfg("steps=4", "warmup_steps=1"),
+        on_progress=lambda p: seen.append(torch.get_num_threads()),
+        progress_every=1,
+    )
+    assert set(seen) == {before}  # no threads: torch's own default, untouched
+
+
+def test_throughput_is_measured_per_window_too(tiny_cfg: MakeCfg) -> None:
+    """Each timed window of progress_every steps has its own rate; the whole stretch's rate is
+    their harmonic mean (equal samples each), so it lies between the slowest and the fastest."""
+    from elastune.tracking.records import quartiles
+
+    result = train(tiny_cfg("steps=25", "warmup_steps=5"), progress_every=5, on_progress=lambda p: None)
+    windows = result.window_samples_per_s
+    assert len(windows) == 4 and all(w > 0 for w in windows)
+    assert min(windows) * 0.999 <= result.samples_per_s <= max(windows) * 1.001
+    assert quartiles([4.0, 1.0, 3.0, 2.0, 5.0]) == [2.0, 3.0, 4.0]
+    assert quartiles([10.0]) == [10.0, 10.0, 10.0] and quartiles([]) is None

@@ -240,3 +240,13 @@ def test_data_parallel_trial_config_is_one_workers_share() -> None:
     cfg = validate_sweep_spec(raw).trial_config({"batch.micro": 64, "embedding.strategy": "hashed"})
     # a step is 2 workers x 64 x 2 = 256 samples; 2560 samples are 10 steps
     assert (cfg.batch.micro, cfg.batch.accum, cfg.steps) == (64, 2, 10)
+
+
+def test_a_trial_records_the_threads_its_cpus_give_it() -> None:
+    raw = yaml.safe_load(SHIPPED[0].read_text())
+    for cpus, threads in ((1, 1), (0.5, 1), (3.7, 3)):
+        raw["resources"] = {"cpus_per_trial": cpus, "gpus_per_trial": 0}
+        spec = SweepSpec.model_validate(raw)
+        assert spec.reference_config().threads == threads
+    raw["base"]["threads"] = 2  # the spec's own word stands
+    assert SweepSpec.model_validate(raw).trial_config({}).threads == 2

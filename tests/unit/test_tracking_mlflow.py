@@ -66,6 +66,8 @@ def make_sweep(sweep_id: str, started_at: float = 1_700_000_000.125, n_ok: int =
                 steps=6,
                 quality_ok=number != 2,
                 node="127.0.0.1",
+                samples_per_s_quartiles=[900.0 - number, 1000.0 - number, 1100.0 - number],
+                windows=5,
             )
         )
     rest = [
@@ -162,7 +164,11 @@ def test_round_trip_every_status(uri: str, tracker: SweepTracker) -> None:
     ok = by_trial[record.trials[0].trial_id]
     assert ok.info.status == "FINISHED" and ok.data.tags["elastune.status"] == "ok"
     assert ok.data.params["batch.micro"] == "32" and ok.data.params["search.batch.micro"] == "32"
+    assert ok.data.metrics["samples_per_s_median"] == 1000.0  # the spread of its timed windows too
     assert set(ok.data.metrics) == {"samples_per_s", "peak_memory_bytes", "estimated_peak_bytes"} | {
+        "samples_per_s_p25",
+        "samples_per_s_median",
+        "samples_per_s_p75",
         "val_logloss",
         "val_auc",
         "val_baseline_logloss",

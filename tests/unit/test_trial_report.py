@@ -20,6 +20,7 @@ def result(peak: int = 800, logloss: float = 0.505) -> SimpleNamespace:
         samples=4096,
         steps=8,
         samples_per_s=1234.5,
+        window_samples_per_s=[0.8, 1.0, 1.1, 1.3, 0.9],
         units_per_s=None,
         units=None,
         peak_memory_bytes=peak,
@@ -40,7 +41,7 @@ def ranked_result(recall: float) -> SimpleNamespace:
         samples=4096, steps=8, samples_per_s=1.0, units_per_s=40.0, units="tokens", peak_memory_bytes=800,
         peak_memory_kind="cpu_rss_hwm",
         metrics={"recall": recall}, quality_metric="recall", quality_direction="max", quality=recall,
-        val_logloss=None, val_auc=None, oom_retries=0,
+        val_logloss=None, val_auc=None, oom_retries=0, window_samples_per_s=[],
     )  # fmt: skip
 
 
@@ -49,6 +50,7 @@ def test_a_final_report_reads_back_as_itself_among_tunes_own_keys() -> None:
     tune_result = {**sent.to_metrics(), "training_iteration": 3, "time_total_s": 1.5, "done": True, "pid": 7}
     assert TrialReport.from_metrics(tune_result) == sent
     assert sent.final and sent.status == "ok" and sent.quality_ok is True
+    assert (sent.samples_per_s_quartiles, sent.windows) == ([0.9, 1.0, 1.1], 5)  # the windows' spread
     assert sent.constraints is not None and sent.constraints.memory < 0 and sent.constraints.quality < 0
 
 

@@ -111,7 +111,9 @@
   const COLUMNS = [
     { key: "number", label: "#", num: true, cell: (t) => (t.number < 0 ? "reference" : String(t.number)) },
     { key: "status", label: "Status", cell: (t) => [pill(t.status), t.best ? pill("best", "best") : null, t.pareto ? el("span", { class: "small muted", text: " Pareto" }) : null] },
-    { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => rate(t.samples_per_s) },
+    { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => (t.samples_per_s_quartiles && t.windows >= 3
+      ? [rate(t.samples_per_s), el("span", { class: "small muted", text: ` ${rate(t.samples_per_s_quartiles[0])}–${rate(t.samples_per_s_quartiles[2])}`, title: "middle half of the trial's timed windows" })]
+      : rate(t.samples_per_s)) },
     { key: "units_per_s", label: "Units/s", num: true, cell: (t) => rate(t.units_per_s) },
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
     { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },

@@ -38,6 +38,14 @@ def train(
             "elastune/untrusted.py, none of which names a file; the checkpoint goes to $ELASTUNE_HOME/jobs/JOB_ID/.",
         ),
     ] = False,
+    all_cores: Annotated[
+        bool,
+        typer.Option(
+            "--all-cores",
+            help="Let torch use every core (threads=none) instead of the config's threads; a --from-sweep "
+            "config has the threads its trial was measured with.",
+        ),
+    ] = False,
 ) -> None:
     """Train one configuration; print throughput, measured and predicted peak memory, quality."""
     from elastune.memory.estimate import estimate as run_estimate
@@ -51,9 +59,17 @@ def train(
     if untrusted:
         set_ = _untrusted_overrides(config, set_ or [], from_sweep)
     cfg = load_run_config(config, set_ or [])
+    if all_cores:
+        cfg = cfg.model_copy(update={"threads": None})
+    elif from_sweep is not None and cfg.threads is not None:
+        err.print(
+            f"measuring as the sweep's trial did: threads={cfg.threads} (its CPUs); --all-cores lets torch use "
+            "every core, which may rank configs differently"
+        )
     err.print(
         f"[bold]training[/] {cfg.workload} · {cfg.embedding.strategy} · {cfg.precision} · "
-        f"batch {cfg.batch.micro}×{cfg.batch.accum} · {cfg.steps} steps · device {cfg.device}"
+        f"batch {cfg.batch.micro}×{cfg.batch.accum} · {cfg.steps} steps · device {cfg.device} · "
+        f"threads {cfg.threads or 'all (torch default)'}"
     )
 
     def show(p: Progress) -> None:

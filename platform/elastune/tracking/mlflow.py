@@ -248,6 +248,9 @@ class SweepTracker:
         metrics |= {f"val_{name}": value for name, value in trial.metrics.items()}
         if trial.units and trial.units_per_s is not None:
             metrics[f"{trial.units}_per_s"] = trial.units_per_s
+        if trial.samples_per_s_quartiles:  # the spread over the trial's timed windows
+            low, median, high = trial.samples_per_s_quartiles
+            metrics |= {"samples_per_s_p25": low, "samples_per_s_median": median, "samples_per_s_p75": high}
         tags = {
             _SWEEP_ID: record.sweep_id,
             _TRIAL_ID: trial.trial_id,

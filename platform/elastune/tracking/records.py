@@ -21,7 +21,7 @@ its machine died), so it is resumable like an interrupted one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -37,6 +37,7 @@ __all__ = [
     "TrialRecord",
     "TrialStatus",
     "pareto_front",
+    "quartiles",
 ]
 
 TrialStatus = Literal["ok", "infeasible", "oom", "pruned", "failed", "running", "interrupted"]
@@ -67,6 +68,11 @@ class TrialRecord:
     samples_per_s: float | None = None
     units_per_s: float | None = None  # the workload's own throughput units, e.g. an LM's real tokens/s
     units: str | None = None
+    # samples/s over the trial's timed windows (progress_every steps each): [25th percentile,
+    # median, 75th] and how many windows; the spread says how far one trial's figure can be told
+    # from another's
+    samples_per_s_quartiles: list[float] | None = None
+    windows: int | None = None
     peak_memory_bytes: int | None = None  # measured
     peak_memory_kind: str | None = None  # cuda_reserved | cpu_rss_hwm | virtual
     val_logloss: float | None = None  # a binary workload's eval log loss and AUC
@@ -173,6 +179,22 @@ def _validate(adapter: TypeAdapter[R], data: Mapping[str, Any]) -> R:
             "not a record this version of elastune wrote (" + "; ".join(problems) + "); "
             "it was written by another version or edited by hand: read it with the elastune that wrote it"
         ) from exc
+
+
+def quartiles(rates: Sequence[float]) -> list[float] | None:
+    """[25th percentile, median, 75th] of `rates` (linear interpolation); None for none. With one
+    or two windows the quartiles are their spread, not a distribution's."""
+    if not rates:
+        return None
+    ordered = sorted(rates)
+
+    def at(q: float) -> float:
+        position = q * (len(ordered) - 1)
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    return [at(0.25), at(0.5), at(0.75)]
 
 
 def pareto_front(trials: Iterable[TrialRecord]) -> list[TrialRecord]:

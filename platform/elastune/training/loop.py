@@ -100,6 +100,9 @@ class TrainResult:
     device: str
     elapsed_s: float
     config: dict[str, Any] = field(default_factory=dict)
+    # samples/s of each timed window (progress_every steps, the reports' time left out): how much
+    # the throughput moved within the run, where samples_per_s is the whole timed stretch
+    window_samples_per_s: list[float] = field(default_factory=list)
 
     @property
     def val_logloss(self) -> float | None:
@@ -111,6 +114,36 @@ class TrainResult:
 
 
 def train(
+    cfg: RunConfig,
+    *,
+    probe: DeviceProbe | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    fault: FaultHook | None = None,
+    boundary: StepBoundary | None = None,
+    progress_every: int = 10,
+    parallel: DataParallel | None = None,
+) -> TrainResult:
+    """Train `cfg` for its steps and measure it: throughput, peak memory, eval metrics. torch's
+    intra-op threads are the config's while it runs (`threads`: a measuring condition the sweep
+    records), and what they were afterwards."""
+    previous = torch.get_num_threads()
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _train(
+            cfg,
+            probe=probe,
+            on_progress=on_progress,
+            fault=fault,
+            boundary=boundary,
+            progress_every=progress_every,
+            parallel=parallel,
+        )
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(
     cfg: RunConfig,
     *,
     probe: DeviceProbe | None = None,
@@ -160,6 +193,9 @@ def train(
 
     # -- steps
     timed_from: tuple[float, int] | None = None
+    window: tuple[float, int] | None = None  # the open timed window's start (time, samples)
+    windows: list[float] = []  # samples/s of each closed window
+    window_steps = 0
     count_units = getattr(workload, "count_units", None)  # e.g. an LM's real tokens (padding excluded)
     arrange_step = getattr(workload, "arrange_step", None)  # e.g. an LM's sequences sorted by length
     timed_units = 0
@@ -176,7 +212,7 @@ def train(
     loss_sum, loss_steps, last_loss = torch.zeros((), device=device), 0, float("nan")
     while state.step < cfg.steps:
         if timed_from is None and state.step >= cfg.warmup_steps:
-            timed_from = (time.perf_counter(), state.samples)
+            timed_from = window = (time.perf_counter(), state.samples)
         # data: this step's samples (training/batches.py), read once, so a retry after OOM redoes
         # exactly them; each rank reads its own contiguous share of the group's step
         if batch is None:
@@ -206,6 +242,14 @@ def train(
         state.step += 1
         state.samples += effective
         timed_units += units
+        if window is not None:
+            window_steps += 1
+            if window_steps == progress_every:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)  # the window's kernels, not only their launches
+                now = time.perf_counter()
+                windows.append((state.samples - window[1]) / (now - window[0]))
+                window, window_steps = (now, state.samples), 0
         loss_sum += step_loss
         loss_steps += 1
         if boundary is not None:
@@ -219,7 +263,9 @@ def train(
             if timed_from is not None:
                 # A report is the tuner's time, not the config's: leave it out of the timed window (a
                 # worker group's report waits for its Ray Train controller's next poll).
-                timed_from = (timed_from[0] + time.perf_counter() - reporting, timed_from[1])
+                paused = time.perf_counter() - reporting
+                timed_from = (timed_from[0] + paused, timed_from[1])
+                window = (window[0] + paused, window[1]) if window is not None else None
         if ckpt.every and ckpt.path is not None and rank == 0 and state.step % ckpt.every == 0:
             save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
     if device.type == "cuda":
@@ -265,6 +311,7 @@ def train(
         device=str(device),
         elapsed_s=elapsed,
         config=cfg.to_dict(),
+        window_samples_per_s=windows,
     )
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from elastune.tracking.records import TrialRecord, TrialStatus
+from elastune.tracking.records import TrialRecord, TrialStatus, quartiles
 from elastune.tuning.keys import CONSTRAINTS_ATTR, FINAL_KEY, GROUP_KEY
 from elastune.workloads.quality import LOGLOSS, Direction, QualityMetric
 
@@ -52,6 +52,9 @@ class TrialReport(BaseModel):
     samples_per_s: float | None = None  # 0 during warm-up; None for a trial that ran out of memory
     units_per_s: float | None = None  # a workload's own throughput units (an LM's real tokens/s)
     units: str | None = None
+    # samples/s over the trial's timed windows: [25th percentile, median, 75th] and their count
+    samples_per_s_quartiles: list[float] | None = None
+    windows: int | None = None
     peak_memory_bytes: int | None = None
     peak_memory_kind: str | None = None
     estimated_peak_bytes: int | None = None
@@ -139,6 +142,8 @@ _AS_RECORDED = (
     "samples_per_s",
     "units_per_s",
     "units",
+    "samples_per_s_quartiles",
+    "windows",
     "peak_memory_bytes",
     "peak_memory_kind",
     "val_logloss",
@@ -203,6 +208,8 @@ def final_report(result: TrainResult, loop_config: dict[str, Any]) -> TrialRepor
         samples_per_s=result.samples_per_s,
         units_per_s=result.units_per_s,
         units=result.units,
+        samples_per_s_quartiles=quartiles(result.window_samples_per_s),
+        windows=len(result.window_samples_per_s),
         peak_memory_bytes=result.peak_memory_bytes,
         peak_memory_kind=result.peak_memory_kind,
         estimated_peak_bytes=loop_config.get("estimate"),

@@ -208,6 +208,8 @@ class SweepSpec(_Section):
         """The base config with `params` (dotted keys) applied, steps set by the budget. With N
         workers per trial the config is one worker's: the step's batch is micro x accum x N."""
         raw = apply_overrides(self.base, nest(params))
+        if "threads" not in raw:  # measure with the threads the trial's CPUs give it, and record them
+            raw["threads"] = self.trial_threads()
         cfg = RunConfig.model_validate(raw)
         workers = self.resources.workers_per_trial
         effective = self.constraints.effective_batch
@@ -215,6 +217,12 @@ class SweepSpec(_Section):
             raw = apply_overrides(raw, {"batch": {"accum": effective // (cfg.batch.micro * workers)}})
         steps = self._steps_for(cfg, effective or cfg.batch.effective * workers)
         return RunConfig.model_validate(apply_overrides(raw, steps))
+
+    def trial_threads(self) -> int:
+        """torch's intra-op threads in a trial: its CPUs (at least one). Ray sets $OMP_NUM_THREADS to
+        them too, but only where a trial asks for whole CPUs; the config says it for every trial, so
+        `elastune train --from-sweep` reruns the best config as it was measured."""
+        return max(1, int(self.resources.cpus_per_trial))
 
     def reference_config(self) -> RunConfig:
         return self.trial_config(self.constraints.reference)

@@ -152,6 +152,24 @@ def test_best_config_file_trains_unchanged(
     assert json.loads(via_flag)["config"] == best.config
 
 
+def test_from_sweep_measures_with_the_trials_threads(
+    swept: tuple[SweepRecord, str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parity: a trial's torch threads are its CPUs, recorded in its config; --from-sweep reruns
+    with them and says so; --all-cores lifts them."""
+    record, uri, _ = swept
+    assert {t.config["threads"] for t in record.trials if t.config} == {1}  # cpus_per_trial: 1
+    capsys.readouterr()
+    assert main(["train", "--from-sweep", record.sweep_id, "--tracking-uri", uri, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["config"]["threads"] == 1 and "threads=1" in err and "--all-cores" in err
+    assert (
+        main(["train", "--from-sweep", record.sweep_id, "--tracking-uri", uri, "--all-cores", "--format", "json"]) == 0
+    )
+    out, err = capsys.readouterr()
+    assert json.loads(out)["config"]["threads"] is None and "threads all" in err
+
+
 def _elastune(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """The CLI's entry point, in this process (a fresh interpreter per command would spend most
     of its time importing); its stdout, after checking it exited 0."""
