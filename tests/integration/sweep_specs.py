@@ -27,6 +27,7 @@ def tiny_spec(**changes: Any) -> dict[str, Any]:
         },
         "constraints": {"effective_batch": 128, "quality_tolerance": 0.5, "reference": {"batch.micro": 128}},
         "budget": {"max_trials": 4, "max_concurrent": 2, "trial_samples": 768},
+        "confirm": {"top": 0},  # the confirmation stage has its own test (local_ray/test_sweep.py)
         "search": {"algorithm": "grid", "scheduler": "none", "seed": 0},
         "resources": {"cpus_per_trial": 1},
         "edo": {"mode": "off"},

@@ -69,6 +69,7 @@
     const add = (k, v) => kv.append(el("dt", { text: k }), el("dd", { text: v }));
     add("trial", `${b.number} (${b.trial_id})`);
     add("throughput", `${rate(b.samples_per_s)} samples/s${b.units ? ` · ${rate(b.units_per_s)} ${b.units}/s` : ""}`);
+    if (b.confirmed_speedup) add("confirmed", `${b.confirmed_speedup[1].toFixed(2)}× the reference (rounds ${b.confirmed_speedup[0].toFixed(2)}–${b.confirmed_speedup[2].toFixed(2)}×), measured interleaved after the search`);
     add("peak memory", `${bytes(b.peak_memory_bytes)} measured (${b.peak_memory_kind || "?"}), ${bytes(b.estimated_peak_bytes)} predicted`);
     add(`eval ${data.quality_metric} (quality)`, num(b.quality));
     for (const [k, v] of Object.entries(b.metrics || {})) if (k !== data.quality_metric) add(`eval ${k}`, num(v));
@@ -115,6 +116,8 @@
       ? [rate(t.samples_per_s), el("span", { class: "small muted", text: ` ${rate(t.samples_per_s_quartiles[0])}–${rate(t.samples_per_s_quartiles[2])}`, title: "middle half of the trial's timed windows" })]
       : rate(t.samples_per_s)) },
     { key: "units_per_s", label: "Units/s", num: true, cell: (t) => rate(t.units_per_s) },
+    { key: "confirmed_speedup", label: "Confirmed ×ref", num: true, get: (t) => (t.confirmed_speedup ? t.confirmed_speedup[1] : null),
+      cell: (t) => (t.confirmed_speedup ? `${t.confirmed_speedup[1].toFixed(2)}× (${t.confirmed_speedup[0].toFixed(2)}–${t.confirmed_speedup[2].toFixed(2)})` : "") },
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
     { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },
     { key: "quality", label: "Eval quality", num: true, cell: (t) => num(t.quality) },
@@ -126,6 +129,7 @@
     // The quality column is named by the workload's metric; AUC only for workloads that have it;
     // a units column (an LM's real tokens/s) only for workloads that count them.
     const named = COLUMNS.filter((c) => c.key !== "units_per_s" || data.units)
+      .filter((c) => c.key !== "confirmed_speedup" || data.trials.some((t) => t.confirmed_speedup))
       .filter((c) => c.key !== "val_auc" || data.trials.some((t) => t.val_auc !== null && t.val_auc !== undefined))
       .map((c) => (c.key === "quality" ? { ...c, label: `Eval ${data.quality_metric}` }
         : c.key === "units_per_s" ? { ...c, label: `${data.units[0].toUpperCase()}${data.units.slice(1)}/s` } : c));

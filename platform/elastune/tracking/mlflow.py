@@ -271,6 +271,18 @@ class SweepTracker:
         state.final = trial.status in FINAL_TRIAL_STATUSES
         return run_id
 
+    def log_confirmation(self, record: SweepRecord, trial: TrialRecord) -> None:
+        """The confirmation stage's figures on a trial that has ended (tuning/confirm.py): its
+        record again, and the ratios as metrics (confirmed_speedup_low/_median/_high)."""
+        run_id = trial.mlflow_run_id or self._load_children(self._parent_id(record)).get(trial.trial_id)
+        if run_id is None or not trial.confirmed_speedup:
+            return
+        trial.mlflow_run_id = run_id
+        low, median, high = trial.confirmed_speedup
+        metrics = {"confirmed_speedup_low": low, "confirmed_speedup_median": median, "confirmed_speedup_high": high}
+        tags: dict[str, str | None] = {**record_tags(trial.to_dict())}
+        self._write(_RunState(run_id), metrics=metrics, tags=tags)
+
     def update_sweep(self, record: SweepRecord) -> None:
         """Best-so-far and counts on the parent run: a few rows in one batch, cheap after every trial."""
         state = self._runs.get(self._parent_id(record)) or _RunState(self._parent_id(record))
@@ -284,6 +296,8 @@ class SweepTracker:
                 metrics["best_peak_memory_bytes"] = float(best.peak_memory_bytes)
             if record.reference_samples_per_s:
                 metrics["speedup_over_reference"] = best.samples_per_s / record.reference_samples_per_s
+            if best.confirmed_speedup:  # the confirmation stage's ratio, measured interleaved
+                metrics["best_confirmed_speedup"] = best.confirmed_speedup[1]
         if record.reference_samples_per_s is not None:
             metrics["reference_samples_per_s"] = record.reference_samples_per_s
         if record.reference_quality is not None:

@@ -73,6 +73,9 @@ class TrialRecord:
     # from another's
     samples_per_s_quartiles: list[float] | None = None
     windows: int | None = None
+    # the confirmation stage (tuning/confirm.py): [lowest, median, highest] of its per-round
+    # samples/s ratios to the reference measured just before it; None: not confirmed
+    confirmed_speedup: list[float] | None = None
     peak_memory_bytes: int | None = None  # measured
     peak_memory_kind: str | None = None  # cuda_reserved | cpu_rss_hwm | virtual
     val_logloss: float | None = None  # a binary workload's eval log loss and AUC
@@ -124,8 +127,12 @@ class SweepRecord:
     trials: list[TrialRecord] = field(default_factory=list)
 
     def best(self) -> TrialRecord | None:
-        """The fastest trial that finished within the ceiling and the quality tolerance."""
+        """The fastest trial that finished within the ceiling and the quality tolerance: by the
+        confirmation stage's median ratio to the reference where it ran, else by samples/s."""
         candidates = [t for t in self.trials if t.feasible]
+        confirmed = [t for t in candidates if t.confirmed_speedup]
+        if confirmed:  # re-measured against the reference: their ranking supersedes the search's
+            return max(confirmed, key=lambda t: t.confirmed_speedup[1] if t.confirmed_speedup else 0.0)
         return max(candidates, key=lambda t: t.samples_per_s or 0.0, default=None)
 
     def counts(self) -> dict[str, int]:

@@ -18,6 +18,7 @@ SUMMARY_COLUMNS = (
     "parameters",
     "samples/s (windows p25-p75)",
     "speed-up",
+    "confirmed",
     "peak (measured)",
     "predicted",
     "quality vs ref",
@@ -27,7 +28,11 @@ SUMMARY_COLUMNS = (
 
 def ranked(record: SweepRecord) -> list[TrialRecord]:
     """Feasible trials fastest first, then the rest (so a reader sees why they lost)."""
-    feasible = sorted((t for t in record.trials if t.feasible), key=lambda t: -(t.samples_per_s or 0.0))
+    # confirmed trials first, by their confirmed ratio (the stage ranks them), then the search's order
+    feasible = sorted(
+        (t for t in record.trials if t.feasible),
+        key=lambda t: (-(t.confirmed_speedup[1]) if t.confirmed_speedup else 0.0, -(t.samples_per_s or 0.0)),
+    )
     rest = sorted((t for t in record.trials if not t.feasible), key=lambda t: (t.status, t.number))
     return feasible + rest
 
@@ -43,6 +48,7 @@ def summary_rows(record: SweepRecord, top: int = 8) -> list[tuple[str, ...]]:
                 ", ".join(f"{k.split('.')[-1]}={v}" for k, v in trial.params.items()) or "(reference)",
                 _throughput(trial),
                 _speedup(trial, record),
+                _confirmed(trial),
                 human_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "-",
                 human_bytes(trial.estimated_peak_bytes) if trial.estimated_peak_bytes else "-",
                 _quality(trial, record),
@@ -50,6 +56,14 @@ def summary_rows(record: SweepRecord, top: int = 8) -> list[tuple[str, ...]]:
             )
         )
     return rows
+
+
+def _confirmed(trial: TrialRecord) -> str:
+    """The confirmation stage's ratio to the reference: median (lowest-highest round)."""
+    if not trial.confirmed_speedup:
+        return "-"
+    low, median, high = trial.confirmed_speedup
+    return f"{median:.2f}x ({low:.2f}-{high:.2f})"
 
 
 def _throughput(trial: TrialRecord) -> str:

@@ -117,6 +117,16 @@ class Budget(_Section):
     )
 
 
+class Confirm(_Section):
+    """The confirmation stage: at the end of a sweep the fastest feasible configs are measured again,
+    each round the reference first and then each of them, one at a time (A B C A B C ...), and
+    ranked by the median of their per-round ratios to the reference, which cancels what the machine
+    did to a whole round. The sweep's best is the confirmed one."""
+
+    top: int = Field(3, ge=0, le=20, description="Feasible configs re-measured (0: no confirmation stage).")
+    rounds: int = Field(3, ge=1, le=20, description="Rounds; each runs the reference and every config once.")
+
+
 class Search(_Section):
     algorithm: Literal["tpe", "random", "grid"] = "tpe"
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -184,6 +194,7 @@ class SweepSpec(_Section):
     objective: Objective = Field(default_factory=lambda: Objective())
     constraints: Constraints = Field(default_factory=lambda: Constraints())
     budget: Budget = Field(default_factory=lambda: Budget())
+    confirm: Confirm = Field(default_factory=lambda: Confirm())
     search: Search = Field(default_factory=lambda: Search())
     resources: Resources = Field(default_factory=lambda: Resources())
     edo: EdoSettings = Field(default_factory=lambda: EdoSettings())

@@ -123,6 +123,8 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
                 _measure_reference(spec, record, tracker, home, stop, echo)
                 if not stop.signum:
                     _search(spec, record, uri, home, concurrency, resumed=resume is not None)
+                if not stop.signum:
+                    _confirm(spec, record.sweep_id, uri, tracker, home, stop, echo)
         except Exception:
             if not stop.signum:
                 raise
@@ -182,6 +184,46 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
             ),
         )
     tuner.fit()
+
+
+def _confirm(
+    spec: SweepSpec, sweep_id: str, uri: str, tracker: Any, home: Path, stop: Interruption, echo: Callable[[str], None]
+) -> None:
+    """The confirmation stage (tuning/confirm.py), on the trials as MLflow holds them; each run is
+    a one-trial Tune run of the same trainable, as the reference's is. A resume that finds the
+    stage done (a confirmed trial) does not run it again."""
+    from elastune.tracking.mlflow import load_sweep
+    from elastune.tuning.confirm import confirm_best
+    from elastune.tuning.trial import TrialContext
+
+    current = load_sweep(sweep_id, uri)
+    if spec.confirm.top == 0 or any(t.confirmed_speedup for t in current.trials):
+        return
+    trainable = _trainable(TrialContext(spec=current.spec, reference_quality=current.reference_quality))
+
+    def measure(params: Any, name: str) -> float | None:
+        report = _run_once(trainable, params, f"{sweep_id}-{name}", home)
+        return report.samples_per_s if report.status == "ok" and report.quality_ok is not False else None
+
+    for trial in confirm_best(
+        current, spec.confirm, spec.constraints.reference, measure, stopped=lambda: bool(stop.signum), echo=echo
+    ):
+        tracker.log_confirmation(current, trial)
+
+
+def _run_once(trainable: Any, params: Any, name: str, home: Path) -> TrialReport:
+    """One config, trained to its end as a one-trial Tune run; its final report."""
+    from ray import tune
+
+    from elastune.tuning.worker_group import WorkerGroupReaper
+
+    tuner = tune.Tuner(
+        trainable,
+        param_space=dict(params),
+        tune_config=tune.TuneConfig(num_samples=1),
+        run_config=tune.RunConfig(name=name, storage_path=str(home), callbacks=[WorkerGroupReaper()], verbose=0),
+    )
+    return TrialReport.from_metrics(dict(tuner.fit()[0].metrics or {}))
 
 
 def _end_record(sweep_id: str, uri: str, tracker: Any, interrupted: bool, join: Callable[[], None]) -> SweepRecord:
@@ -383,24 +425,12 @@ def _run_reference(
 ) -> TrialRecord:
     """Train the reference config once, as a one-trial Tune run of the same trainable, so it is
     measured on the same path (one process, or a worker group) as every trial."""
-    from ray import tune
-
-    from elastune.tuning.worker_group import WorkerGroupReaper
-
     cfg = spec.reference_config()
     echo(
         f"reference: {cfg.embedding.strategy} · {cfg.precision} · batch {cfg.batch.micro}×{cfg.batch.accum} · "
         f"{cfg.steps} steps"
     )
-    tuner = tune.Tuner(
-        trainable,
-        param_space=dict(spec.constraints.reference),
-        tune_config=tune.TuneConfig(num_samples=1),
-        run_config=tune.RunConfig(
-            name=f"{record.sweep_id}-reference", storage_path=str(home), callbacks=[WorkerGroupReaper()], verbose=0
-        ),
-    )
-    last = TrialReport.from_metrics(dict(tuner.fit()[0].metrics or {}))
+    last = _run_once(trainable, spec.constraints.reference, f"{record.sweep_id}-reference", home)
     trial = last.to_record("reference", -1, dict(spec.constraints.reference), cfg.to_dict())
     if trial.status in {"ok", "infeasible"} and trial.quality is not None:
         record.quality_metric = last.quality_metric or record.quality_metric

@@ -178,3 +178,42 @@ def _elastune(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     out, err = capsys.readouterr()
     assert code == 0, err[-3000:]
     return out
+
+
+def test_the_confirmation_stage_re_measures_the_fastest_and_names_the_best(
+    ray_local: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """confirm {top: 2, rounds: 2}: after the search the two fastest feasible configs are trained
+    again against the reference, interleaved; their ratios are in the record, in MLflow and in the
+    results table, and the sweep's best is the confirmed one."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.unit.test_tracking_mlflow import child_runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    raw = tiny_spec(
+        confirm={"top": 2, "rounds": 2}, parameters={"batch.micro": {"type": "choice", "values": [32, 64, 128]}}
+    )
+    raw["parameters"].pop("embedding.strategy")
+    raw["budget"] = {"max_trials": 3, "max_concurrent": 2, "trial_samples": 768}
+    lines: list[str] = []
+    record = run_sweep(SweepSpec.model_validate(raw), SweepOptions(tracking_uri=uri, home=tmp_path, echo=lines.append))
+    confirmed = {t.trial_id: t.confirmed_speedup for t in record.trials if t.confirmed_speedup}
+    assert len(confirmed) == 3 and confirmed["reference"] == [1.0, 1.0, 1.0]  # two configs + the reference
+    for low, median, high in confirmed.values():
+        assert 0 < low <= median <= high
+    best = record.best()
+    assert best is not None and best.trial_id in confirmed
+    assert best.confirmed_speedup == max(confirmed.values(), key=lambda c: c[1])
+    assert [line.split(":")[0].strip() for line in lines if line.strip().startswith("round ")] == ["round 1", "round 2"]
+    # MLflow: the ratios on the child runs and the best's on the parent
+    runs = {r.data.tags["elastune.trial_id"]: r for r in child_runs(uri, record.mlflow_run_id or "")}
+    for trial_id, (_, median, _) in confirmed.items():
+        assert runs[trial_id].data.metrics["confirmed_speedup_median"] == pytest.approx(median)
+    parent = MlflowClient(uri).get_run(record.mlflow_run_id or "")
+    assert parent.data.metrics["best_confirmed_speedup"] == pytest.approx(best.confirmed_speedup[1])
+    # the results table ranks the confirmed first
+    capsys.readouterr()
+    assert main(["results", record.sweep_id, "--tracking-uri", uri, "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["best"]["trial_id"] == best.trial_id

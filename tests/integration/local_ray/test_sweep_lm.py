@@ -22,6 +22,7 @@ def test_the_quick_lm_sweep_searches_the_sequence_knobs(ray_local: Any, tmp_path
     raw["base"]["model"] = {"embedding_dim": 32}
     raw["base"]["eval"] = {"samples": 256}
     raw["budget"] = {"max_trials": 3, "max_concurrent": 2, "trial_samples": 320}
+    raw["confirm"] = {"top": 0}
     record = run_sweep(
         SweepSpec.model_validate(raw), SweepOptions(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", home=tmp_path)
     )
@@ -54,6 +55,7 @@ def test_an_lm_sweep_on_your_own_text(ray_local: Any, tmp_path: Path) -> None:
     raw["base"]["data"] = {"source": "text", "path": str(corpus)}
     raw["parameters"] = {"data.padding": {"type": "choice", "values": ["static", "packed"]}}
     raw["budget"] = {"max_trials": 2, "max_concurrent": 2, "trial_samples": 320}
+    raw["confirm"] = {"top": 0}
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     record = run_sweep(SweepSpec.model_validate(raw), SweepOptions(tracking_uri=uri, home=tmp_path))
     assert record.status == "finished"
