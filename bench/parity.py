@@ -1,0 +1,105 @@
+"""Parity: is the winner you run the winner the sweep measured?
+
+Runs a sweep (default search_spaces/dlrm_quick.yaml, its confirmation stage included) into a
+throw-away MLflow store, then reruns its best config with `elastune train --from-sweep` (the
+trial's threads, as the command does by default) and the reference config, interleaved, on an
+otherwise idle machine. Two comparisons:
+
+- absolute: the reruns' samples/s against the best trial's own timed windows (its 25th-75th
+  percentile): a trial ran beside a neighbour (`max_concurrent`), a rerun alone, so this one may
+  differ for a reason the record names;
+- relative: the reruns' ratio best / reference against the confirmation stage's interval for the
+  best (its lowest and highest round), measured the same way: one run at a time.
+
+    python bench/parity.py                      # writes a record (bench/records/)
+    python bench/parity.py --reruns 5 --spec search_spaces/lm_quick.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from record import ROOT, Figure, write_record
+
+ELASTUNE = [sys.executable, "-m", "elastune.cli"]
+
+
+def _run(args: list[str], env: dict[str, str]) -> str:
+    done = subprocess.run([*ELASTUNE, *args], capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"elastune {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", default=str(ROOT / "search_spaces" / "dlrm_quick.yaml"))
+    parser.add_argument("--reruns", type=int, default=3)
+    args = parser.parse_args()
+
+    from elastune.tracking.mlflow import load_sweep
+
+    with tempfile.TemporaryDirectory() as folder:
+        uri = f"sqlite:///{folder}/mlflow.db"
+        env = {**os.environ, "ELASTUNE_HOME": folder, "MLFLOW_TRACKING_URI": uri}
+        out = _run(["sweep", args.spec, "--format", "json"], env)
+        sweep_id = json.loads(out)["sweep_id"]
+        record = load_sweep(sweep_id, uri)
+        best = record.best()
+        reference = next(t for t in record.trials if t.trial_id == "reference")
+        assert best is not None and best.samples_per_s is not None
+        ref_file = Path(folder) / "reference.yaml"
+        ref_file.write_text(yaml.safe_dump(reference.config))
+        best_rates, ratios = [], []
+        for _ in range(args.reruns):
+            ref = json.loads(_run(["train", str(ref_file), "--format", "json"], env))
+            run = json.loads(_run(["train", "--from-sweep", sweep_id, "--format", "json"], env))
+            best_rates.append(run["samples_per_s"])
+            ratios.append(run["samples_per_s"] / ref["samples_per_s"])
+            best_sps, ref_sps = run["samples_per_s"], ref["samples_per_s"]
+            print(f"rerun: best {best_sps:,.0f} samples/s, reference {ref_sps:,.0f}", flush=True)
+    low, _, high = best.samples_per_s_quartiles or [best.samples_per_s] * 3
+    rerun = statistics.median(best_rates)
+    c_low, c_median, c_high = best.confirmed_speedup or [float("nan")] * 3
+    ratio = statistics.median(ratios)
+    figures = [
+        Figure(
+            "rerun vs its trial, samples/s (trial's windows p25-p75)",
+            f"{rerun:,.0f} vs {best.samples_per_s:,.0f} ({low:,.0f}-{high:,.0f})",
+            target="rerun inside the trial's p25-p75",
+            met=low <= rerun <= high,
+            note="the trial ran beside a neighbour (max_concurrent), the rerun alone",
+        ),
+        Figure(
+            "rerun ratio best/reference vs the confirmation stage's",
+            f"{ratio:.2f}x vs {c_median:.2f}x ({c_low:.2f}-{c_high:.2f})",
+            target="rerun ratio inside the confirmed rounds' range",
+            met=best.confirmed_speedup is not None and c_low <= ratio <= c_high,
+            note="both one run at a time, the reference interleaved",
+        ),
+    ]
+    settings: dict[str, Any] = {"spec": os.path.relpath(args.spec, ROOT), "reruns": args.reruns, "sweep": sweep_id}
+    write_record(
+        "parity-cpu",
+        "Parity: the best config rerun with --from-sweep against its trial and its confirmation",
+        figures,
+        settings=settings,
+        table={
+            "columns": ["rerun", "best samples/s", "best / reference"],
+            "rows": [[i + 1, round(r), round(q, 3)] for i, (r, q) in enumerate(zip(best_rates, ratios, strict=True))],
+        },
+        notes=[f"best trial {best.trial_id}: {best.params}; threads {best.config.get('threads')}"],
+    )
+
+
+if __name__ == "__main__":
+    main()
