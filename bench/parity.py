@@ -52,7 +52,8 @@ def main() -> None:
         uri = f"sqlite:///{folder}/mlflow.db"
         env = {**os.environ, "ELASTUNE_HOME": folder, "MLFLOW_TRACKING_URI": uri}
         out = _run(["sweep", args.spec, "--format", "json"], env)
-        sweep_id = json.loads(out)["sweep_id"]
+        # the JSON summary is the last thing printed (Ray and Tune print lines of their own before it)
+        sweep_id = json.loads(out[out.rindex("\n{") + 1 if "\n{" in out else out.index("{") :])["sweep_id"]
         record = load_sweep(sweep_id, uri)
         best = record.best()
         reference = next(t for t in record.trials if t.trial_id == "reference")
