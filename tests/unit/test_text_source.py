@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 import torch
 from elastune.cli import main
 from elastune.config import DataConfig
@@ -26,6 +25,8 @@ from elastune.validate import load_run_config
 from elastune.workloads import build_workload, lm, text_source
 from elastune.workloads.text_source import EOS, PAD, UNK, TextSource, text_tokenizer, tokenizer_file
 from tokenizers import Tokenizer
+
+from tests.unit.test_table_source import _refused
 
 LM = [
     "workload=lm",
@@ -334,16 +335,6 @@ def test_the_lm_learns_a_corpus_and_the_table_has_the_tokenizers_size(tmp_path: 
     # far less to guess (30 steps reach ~26, 40 steps ~15).
     assert result.quality_metric == "perplexity" and result.quality < rows / 10, (result.quality, rows)
     assert result.units == "tokens" and result.units_per_s is not None
-
-
-def _refused(capsys: pytest.CaptureFixture[str], args: list[str], *expected: str) -> None:
-    code = main(args)
-    said = capsys.readouterr().err
-    assert code == 2, said
-    assert "Traceback" not in said
-    for text in expected:
-        assert text in said, said
-    assert not ray.is_initialized()
 
 
 def _sets(*items: str) -> list[str]:

@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -32,6 +32,9 @@ from elastune.workloads.data import Batch
 from elastune.workloads.quality import quality_of
 
 __all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # Called before each micro-batch's forward with (step, micro_index); tests raise OOM from it.
 FaultHook = Callable[[int, int], None]
@@ -113,37 +116,25 @@ class TrainResult:
         return self.metrics.get("auc")
 
 
+def _under_config_threads(fn: Callable[Concatenate[RunConfig, P], R]) -> Callable[Concatenate[RunConfig, P], R]:
+    """Run `fn(cfg, ...)` with torch's intra-op threads set to `cfg.threads` (a measuring condition
+    the sweep records), and put back what they were afterwards."""
+
+    @functools.wraps(fn)
+    def run(cfg: RunConfig, *args: P.args, **kwargs: P.kwargs) -> R:
+        previous = torch.get_num_threads()
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
+        try:
+            return fn(cfg, *args, **kwargs)
+        finally:
+            torch.set_num_threads(previous)
+
+    return run
+
+
+@_under_config_threads
 def train(
-    cfg: RunConfig,
-    *,
-    probe: DeviceProbe | None = None,
-    on_progress: Callable[[Progress], None] | None = None,
-    fault: FaultHook | None = None,
-    boundary: StepBoundary | None = None,
-    progress_every: int = 10,
-    parallel: DataParallel | None = None,
-) -> TrainResult:
-    """Train `cfg` for its steps and measure it: throughput, peak memory, eval metrics. torch's
-    intra-op threads are the config's while it runs (`threads`: a measuring condition the sweep
-    records), and what they were afterwards."""
-    previous = torch.get_num_threads()
-    if cfg.threads is not None:
-        torch.set_num_threads(cfg.threads)
-    try:
-        return _train(
-            cfg,
-            probe=probe,
-            on_progress=on_progress,
-            fault=fault,
-            boundary=boundary,
-            progress_every=progress_every,
-            parallel=parallel,
-        )
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _train(
     cfg: RunConfig,
     *,
     probe: DeviceProbe | None = None,
