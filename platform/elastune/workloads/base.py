@@ -34,7 +34,7 @@ __all__ = ["DLRMWorkload", "Workload"]
 class Workload(Protocol):
     """A model family elastune can estimate, train and tune (docs/workloads.md).
 
-    Four members are optional, so they are not part of the protocol's runtime check:
+    Five members are optional, so they are not part of the protocol's runtime check:
 
     * `quality: QualityMetric`: the eval metric the sweep's quality tolerance applies to and its
       direction, e.g. `QualityMetric("perplexity", "min")`. Default: `logloss`, lower is better.
@@ -46,6 +46,8 @@ class Workload(Protocol):
       each micro-batch's loss by it, so micro x accum stays exact. Default: `len(batch)`.
     * `arrange_step(batch) -> Batch`: the step's samples reordered before the micro-batch split
       (an LM sorts them by length so that each micro-batch pads less). Default: as read.
+    * `units: str` with `count_units(batch) -> int`: a throughput of the workload's own beside
+      samples/s, over the same timed window (an LM's real tokens). Default: none.
     """
 
     table_sizes: tuple[int, ...]  # rows of each sparse feature's table
