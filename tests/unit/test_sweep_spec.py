@@ -250,3 +250,19 @@ def test_a_trial_records_the_threads_its_cpus_give_it() -> None:
         assert spec.reference_config().threads == threads
     raw["base"]["threads"] = 2  # the spec's own word stands
     assert SweepSpec.model_validate(raw).trial_config({}).threads == 2
+
+
+SHIPPED_WITH_EXAMPLES = [*SHIPPED, *sorted((ROOT / "examples" / "two_tower" / "search_spaces").glob("*.yaml"))]
+
+
+@pytest.mark.parametrize("path", SHIPPED_WITH_EXAMPLES, ids=[p.name for p in SHIPPED_WITH_EXAMPLES])
+def test_every_shipped_spec_passes_its_preflight_and_its_reference_fits(path: Path) -> None:
+    """The preflight prices the cheapest corner (it once failed on lm_full: the pricing rebuilt the
+    LM without its width); a reference over the ceiling would leave the sweep without a quality bar."""
+    from elastune.tuning.pricing import predicted_peak
+    from elastune.tuning.sweep import check_ceiling
+
+    spec = load_sweep_spec(path)
+    check_ceiling(spec)
+    ceiling = spec.constraints.memory_ceiling
+    assert ceiling is None or predicted_peak(spec, dict(spec.constraints.reference)) <= ceiling

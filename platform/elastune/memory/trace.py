@@ -59,6 +59,7 @@ def distinct_rows(cfg: RunConfig) -> dict[int, int]:
         cfg.workload,
         json.dumps(cfg.workload_options, sort_keys=True),
         cfg.data.model_dump_json(),
+        cfg.model.model_dump_json(),  # a workload may check its shape against its options (an LM's heads)
         cfg.batch.micro,
         cfg.eval.batch or cfg.batch.micro,
         cfg.eval.samples,
@@ -68,7 +69,7 @@ def distinct_rows(cfg: RunConfig) -> dict[int, int]:
 
 @functools.lru_cache(maxsize=64)
 def _distinct_rows(
-    workload: str, options_json: str, data_json: str, micro: int, eval_batch: int, eval_samples: int
+    workload: str, options_json: str, data_json: str, model_json: str, micro: int, eval_batch: int, eval_samples: int
 ) -> tuple[tuple[int, int], ...]:
     # eval.samples: a file source holds that many rows out, and training reads start after them
     cfg = RunConfig.model_validate(
@@ -76,6 +77,7 @@ def _distinct_rows(
             "workload": workload,
             "workload_options": json.loads(options_json),
             "data": json.loads(data_json),
+            "model": json.loads(model_json),
             "eval": {"samples": eval_samples},
         }
     )
