@@ -21,6 +21,7 @@ its machine died), so it is resumable like an interrupted one.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -189,19 +190,13 @@ def _validate(adapter: TypeAdapter[R], data: Mapping[str, Any]) -> R:
 
 
 def quartiles(rates: Sequence[float]) -> list[float] | None:
-    """[25th percentile, median, 75th] of `rates` (linear interpolation); None for none. With one
-    or two windows the quartiles are their spread, not a distribution's."""
+    """[25th percentile, median, 75th] of `rates` (linear interpolation between them); None for
+    none. With one or two windows the quartiles are their spread, not a distribution's."""
     if not rates:
         return None
-    ordered = sorted(rates)
-
-    def at(q: float) -> float:
-        position = q * (len(ordered) - 1)
-        low = int(position)
-        high = min(low + 1, len(ordered) - 1)
-        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-    return [at(0.25), at(0.5), at(0.75)]
+    if len(rates) == 1:
+        return [rates[0]] * 3
+    return statistics.quantiles(rates, n=4, method="inclusive")
 
 
 def pareto_front(trials: Iterable[TrialRecord]) -> list[TrialRecord]:

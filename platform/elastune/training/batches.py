@@ -64,4 +64,4 @@ def step_batches(
         # global RNG would make a resumed run's random stream differ from the uninterrupted one's
         generator=torch.Generator().manual_seed(0),
     )
-    yield from loader
+    return iter(loader)
