@@ -76,7 +76,33 @@ TWO_TOWER: list[tuple[str, list[str]]] = [
     ("two_tower 1M users dim 32", ["workload_options={users: 1000000}", "model.embedding_dim=32"]),
     ("two_tower bce", ["workload_options={loss: bce}"]),
 ]
-SUITES = {"dlrm": CONFIGS, "two_tower": [(label, ["workload=two_tower", *o]) for label, o in TWO_TOWER]}
+# `--suite lm`: the built-in language model at bench/lm.py's and search_spaces/lm_quick.yaml's shape,
+# over the knobs its sweep searches (padding, buckets, checkpointing, storage, precision, micro-batch).
+LM_SHAPE = "workload_options={layers: 2, heads: 4, context: 128, vocab: 4096, mean_length: 40}"
+LM: list[tuple[str, list[str]]] = [
+    ("lm static micro 32", []),
+    ("lm static micro 8", ["batch.micro=8"]),
+    ("lm dynamic micro 32", ["data.padding=dynamic"]),
+    ("lm dynamic buckets micro 16", ["data.padding=dynamic", "data.bucket_by_length=true", "batch.micro=16"]),
+    ("lm packed micro 32", ["data.padding=packed"]),
+    (
+        "lm packed micro 8 checkpointed",
+        ["data.padding=packed", "batch.micro=8", "model.activation_checkpointing=every_block"],
+    ),
+    ("lm static micro 32 checkpointed", ["model.activation_checkpointing=every_block"]),
+    ("lm half rowwise_adagrad", ["embedding.strategy=half", "optimizer.sparse=rowwise_adagrad"]),
+    ("lm bf16 micro 16", ["precision=bf16", "batch.micro=16"]),
+    ("lm tied", ["model.tie_embeddings=true"]),
+    ("lm 4 layers width 128", [LM_SHAPE.replace("layers: 2", "layers: 4"), "model.embedding_dim=128"]),
+]
+SUITES = {
+    "dlrm": CONFIGS,
+    "two_tower": [(label, ["workload=two_tower", *o]) for label, o in TWO_TOWER],
+    "lm": [
+        (label, ["workload=lm", LM_SHAPE, "model.embedding_dim=64", "batch.micro=32", "eval.samples=1024", *o])
+        for label, o in LM
+    ],
+}
 
 # Long enough for the resident peak to settle: glibc's heap grows over the first tens of steps
 # (its mmap threshold adapts to freed blocks), then stays within ~2% (measured to 600 steps).
@@ -104,8 +130,15 @@ def estimate_figures(overrides: list[str], device: str | None = None) -> dict[st
     from elastune.memory.estimate import estimate
     from elastune.validate import load_run_config
 
-    est = estimate(load_run_config(None, _run(device) + overrides))
-    return {"estimate_s": est.seconds, "traced_peak": est.traced_peak_bytes, "breakdown": est.breakdown}
+    cfg = load_run_config(None, _run(device) + overrides)
+    est = estimate(cfg)
+    figures = {"estimate_s": est.seconds, "traced_peak": est.traced_peak_bytes, "breakdown": est.breakdown}
+    if est.kind == "cpu_rss_hwm":  # what the CPU heap model reads: bench/fit_overhead.py refits from these
+        from elastune.memory.overhead import cpu_inputs
+        from elastune.memory.trace import trace
+
+        figures["heap_model_inputs"] = cpu_inputs(cfg, trace(cfg)).to_dict()
+    return figures
 
 
 def main() -> None:
@@ -223,7 +256,8 @@ def _record(args: argparse.Namespace, rows: list[dict[str, Any]], within: int, e
         },
         device=args.device,
         table={
-            "columns": ["#", "config", "measured MiB", "spread MiB", "predicted MiB", "error"],
+            # the last column: what the CPU heap model read (bench/fit_overhead.py refits from it)
+            "columns": ["#", "config", "measured MiB", "spread MiB", "predicted MiB", "error", "heap model inputs"],
             "rows": [
                 [
                     r["index"],
@@ -232,6 +266,7 @@ def _record(args: argparse.Namespace, rows: list[dict[str, Any]], within: int, e
                     f"{r['spread'][0] / 2**20:.0f}-{r['spread'][1] / 2**20:.0f}",
                     round(r["predicted"] / 2**20, 1),
                     f"{r['error']:+.1%}",
+                    {**r.get("heap_model_inputs", {}), "measured": r["measured"]},
                 ]
                 for r in rows
             ],

@@ -155,10 +155,16 @@ class LiveBytes(TorchDispatchMode):
         yield
         self._update_serials.update(range(first + 1, self._serial + 1))
 
-    def train_activations(self) -> int:
+    def train_activations(self, *, heap_only: bool = False) -> int:
         """Bytes live at the training steps' peak that are neither parameters, gradients nor
-        optimizer state, nor an optimizer step's temporaries: the forward/backward activations."""
-        return sum(n for k, n in self._at_train_peak.items() if k not in self._roles and k not in self._update_serials)
+        optimizer state, nor an optimizer step's temporaries: the forward/backward activations.
+        `heap_only`: only the blocks under the pinned CPU heap's mmap threshold (larger ones are
+        mapped and returned on free)."""
+        return sum(
+            n
+            for k, n in self._at_train_peak.items()
+            if k not in self._roles and k not in self._update_serials and (not heap_only or n < HEAP_MMAP_THRESHOLD)
+        )
 
     def mark(self, model: torch.nn.Module, opts: Any) -> None:
         """Record which live storages are parameters, gradients and optimizer state."""

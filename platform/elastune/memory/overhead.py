@@ -39,38 +39,78 @@ CUDA figure is derived, not fitted.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from elastune.config import RunConfig
 from elastune.memory.live_bytes import LiveBytes
 
-__all__ = ["other_bytes"]
+__all__ = ["CPU_FIT", "CpuFit", "CpuInputs", "cpu_inputs", "cpu_other", "other_bytes"]
 
 _MiB = 2**20
-# CPU: least squares over bench/estimator.py's configs (figures in bench/RESULTS.md)
-_CPU_FIXED = 31.5 * _MiB  # runtime, autograd bookkeeping, the data stream, kernels' scratch
-_CPU_ROW_OPTIMIZER_OFFSET = -20.8 * _MiB  # rows updated by a row-wise sparse optimizer (fitted; see above)
-_CPU_ACTIVATION_SHARE = 1.014  # holes freed activation blocks leave in the heap
-_CPU_TRACED_SHARE = 0.0106  # page and chunk rounding of everything traced
-_CPU_GRADIENT_SHARE = 0.747  # dense gradients under the mmap threshold: their holes in the heap
 _VIRTUAL_FIXED = 7 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
+
+
+@dataclass(frozen=True)
+class CpuInputs:
+    """What the CPU heap model reads from a trace (bench/estimator.py records them per config, and
+    bench/fit_overhead.py refits the coefficients from them)."""
+
+    traced: int  # the traced peak
+    train_peak: int  # the traced peak of the training steps alone
+    heap_activations: int  # forward/backward activations live at train_peak, in heap-sized blocks
+    heap_gradients: int  # one step's dense gradients, each a heap-sized block
+    row_optimizer: bool  # embedding rows updated by a row-wise sparse optimizer
+
+    def to_dict(self) -> dict[str, int | bool]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CpuFit:
+    """The CPU heap model's coefficients (see the module docstring)."""
+
+    fixed: float  # bytes: runtime, autograd bookkeeping, the data stream, kernels' scratch
+    row_optimizer: float  # bytes added where a row-wise sparse optimizer updates the rows (fitted)
+    activation_share: float  # holes freed activation blocks leave in the heap, per activation byte
+    traced_share: float  # page and chunk rounding of everything traced
+    gradient_share: float  # dense heap-sized gradients: their holes in the heap
+
+
+# least squares over bench/estimator.py's suites (bench/fit_overhead.py; figures in bench/RESULTS.md)
+CPU_FIT = CpuFit(
+    fixed=31.5 * _MiB, row_optimizer=-20.8 * _MiB, activation_share=1.014, traced_share=0.0106, gradient_share=0.747
+)
+
+
+def cpu_inputs(cfg: RunConfig, tracker: LiveBytes) -> CpuInputs:
+    return CpuInputs(
+        traced=tracker.peak,
+        train_peak=tracker.train_peak,
+        heap_activations=tracker.train_activations(heap_only=True),
+        heap_gradients=tracker.heap_grad_bytes,
+        row_optimizer=cfg.optimizer.sparse != "adam",
+    )
+
+
+def cpu_other(x: CpuInputs, fit: CpuFit = CPU_FIT) -> int:
+    """The CPU heap model: resident bytes at the peak beyond the traced peak."""
+    # Activation holes belong to the training steps: where the build's scratch (int8's fp32 init
+    # chunks) or the evaluation reach a higher traced peak, the heap's top is the higher of the two.
+    with_holes = max(x.traced, x.train_peak + fit.activation_share * x.heap_activations)
+    return int(
+        fit.fixed
+        + (fit.row_optimizer if x.row_optimizer else 0)
+        + (with_holes - x.traced)
+        + fit.traced_share * x.traced
+        + fit.gradient_share * x.heap_gradients
+    )
 
 
 def other_bytes(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool) -> int:
     """What the device holds at its peak beyond `tracker`'s traced peak (see the module docstring)."""
-    traced = tracker.peak
     if cuda:
         assert tracker.cuda is not None
-        return max(0, tracker.cuda.peak_reserved - traced)
+        return max(0, tracker.cuda.peak_reserved - tracker.peak)
     if virtual:
         return _VIRTUAL_FIXED
-    # forward/backward activations live at the training steps' peak (the optimizer step's
-    # temporaries, the same sizes every step, refill their own holes; the model's init chunks
-    # come before training); dense gradients each under the pinned mmap threshold (larger ones
-    # are mapped and returned on free, leaving no hole). The holes belong to the training
-    # steps: where the build's scratch (int8's fp32 init chunks) or the evaluation reach a
-    # higher traced peak, the heap's top is the higher of the two.
-    activations = tracker.train_activations()
-    with_holes = max(traced, tracker.train_peak + _CPU_ACTIVATION_SHARE * activations)
-    fixed = _CPU_FIXED + (_CPU_ROW_OPTIMIZER_OFFSET if cfg.optimizer.sparse != "adam" else 0)
-    return int(
-        fixed + (with_holes - traced) + _CPU_TRACED_SHARE * traced + _CPU_GRADIENT_SHARE * tracker.heap_grad_bytes
-    )
+    return cpu_other(cpu_inputs(cfg, tracker))
