@@ -173,6 +173,30 @@ def test_resume_after_the_driver_is_killed(tmp_path: Path, wait_until: Callable[
         assert len(client.get_metric_history(run_id, "samples_per_s")) == 1  # logged once, whatever Tune replayed
     assert "reference:" not in resumed.stderr  # the reference is measured once per sweep
     assert len(_trial_runs(uri, sweep_id)) == 4  # 3 proposals + the reference, no duplicates
+    # The console (not a terminal here: plain lines) holds the sweep's own lines alone, and the
+    # search's progress counts its proposals against their total.
+    for console in (log.read_text(errors="replace"), resumed.stdout + resumed.stderr):
+        assert_no_library_noise(console)
+    assert "search 3/3 · running 0" in resumed.stderr, resumed.stderr[-2000:]
+
+
+# What Ray, Tune and Optuna print when left to themselves (`elastune sweep -v` lets them).
+LIBRARY_NOISE = (
+    "Configuration for experiment",  # Tune's boxed table
+    "Number of trials",
+    "TensorBoard",
+    "View detailed results here",
+    "max_concurrent_trials",
+    "Wrote the latest version of all result files",
+    "A new study created",  # Optuna
+    "Token authentication is enabled",  # Ray's init
+    "Started a local Ray instance",
+)
+
+
+def assert_no_library_noise(console: str) -> None:
+    found = [noise for noise in LIBRARY_NOISE if noise.lower() in console.lower()]
+    assert not found, (found, console[-3000:])
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:

@@ -1,20 +1,27 @@
-"""`elastune sweep` and `elastune results`: run (or resume) a sweep, and read one back from MLflow."""
+"""`elastune sweep`, `elastune results` and `elastune sweeps`: run (or resume) a sweep, read one back from
+MLflow, list them."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from elastune.cli.common import FormatOpt, SetOpt, TrackingOpt, out
+from elastune.cli.common import FormatOpt, SetOpt, TrackingOpt, err, out
 from elastune.errors import InputError
 from elastune.jsonout import Format, dumps
 from elastune.units import human_bytes
 
-__all__ = ["results", "sweep"]
+__all__ = ["results", "sweep", "sweeps"]
+
+TOP_TRIALS = 10  # the results table's rows unless --all
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every figure in its own column (needs about 180 columns).")]
+AllOpt = Annotated[bool, typer.Option("--all", help=f"Every trial (default: the best {TOP_TRIALS}, then a count).")]
 
 
 def sweep(
@@ -39,9 +46,14 @@ def sweep(
         ),
     ] = None,
     format: FormatOpt = Format.table,
+    wide: WideOpt = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Also show what Ray, Tune and Optuna print (hidden by default).")
+    ] = False,
 ) -> None:
     """Search strategy, precision, micro-batch and accumulation for the highest samples/s under a ceiling."""
     from elastune.errors import SweepInterrupted
+    from elastune.tuning.display import LiveDisplay
     from elastune.tuning.results import results_json
     from elastune.tuning.spec import load_sweep_spec
     from elastune.tuning.sweep import SweepOptions, run_sweep
@@ -59,44 +71,101 @@ def sweep(
     parsed = load_sweep_spec(spec, overrides) if spec is not None else None
     if parsed is None and overrides:
         raise InputError("--resume continues the stored spec as it was; drop the spec overrides")
+    # on a terminal, one live progress row under the trials' lines; elsewhere plain lines
+    display = LiveDisplay(err) if err.is_terminal else None
+    options = SweepOptions(address=address, tracking_uri=tracking_uri, display=display, verbose=verbose)
     try:
-        record = run_sweep(parsed, SweepOptions(address=address, tracking_uri=tracking_uri), resume=resume)
+        record = run_sweep(parsed, options, resume=resume)
     except SweepInterrupted as stopped:  # the table of what ran, then (main) the line that resumes it
+        if display is not None:
+            display.close()
         if format is Format.table:
-            _print_summary(stopped.record)
+            _print_summary(stopped.record, wide=wide)
         raise
+    finally:
+        if display is not None:
+            display.close()
     if format is Format.json:
         print(dumps(results_json(record)))
     else:
-        _print_summary(record)
+        _print_summary(record, wide=wide)
 
 
 def results(
-    sweep_id: Annotated[str | None, typer.Argument(help="A sweep id; default the newest sweep.")] = None,
+    sweep_id: Annotated[
+        str | None, typer.Argument(help="A sweep id (`elastune sweeps` lists them); default the newest finished one.")
+    ] = None,
     tracking_uri: TrackingOpt = None,
     format: FormatOpt = Format.table,
+    wide: WideOpt = False,
+    all_: AllOpt = False,
 ) -> None:
     """Show a sweep's results, read back from MLflow."""
-    from elastune.tracking.mlflow import load_sweep
+    from elastune.tracking.mlflow import load_sweep, newest_sweep_id
     from elastune.tuning.results import results_json
 
+    if sweep_id is None:
+        sweep_id = newest_sweep_id(tracking_uri, finished=True) or newest_sweep_id(tracking_uri)
+        if sweep_id is not None and format is Format.table:
+            err.print(f"the newest finished sweep: {sweep_id} (`elastune sweeps` lists every one)", highlight=False)
     record = load_sweep(sweep_id, tracking_uri)
     if format is Format.json:
         print(dumps(results_json(record)))
     else:
-        _print_summary(record)
+        _print_summary(record, wide=wide, top=None if all_ else TOP_TRIALS)
 
 
-def _print_summary(record: Any) -> None:
-    from elastune.tuning.results import SUMMARY_COLUMNS, summary_rows
+def sweeps(
+    tracking_uri: TrackingOpt = None,
+    format: FormatOpt = Format.table,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="The newest this many.")] = 20,
+) -> None:
+    """List the sweeps recorded in MLflow, newest first."""
+    from elastune.tracking.mlflow import sweep_summaries
+
+    summaries = sweep_summaries(tracking_uri)[:limit]
+    if format is Format.json:
+        print(dumps([s.to_dict() for s in summaries]))
+        return
+    if not summaries:
+        out.print("no sweeps recorded yet: `elastune sweep SPEC.yaml` runs one")
+        return
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("sweep", "status", "started", "trials", "best samples/s"):
+        table.add_column(column, justify="right" if column in {"trials", "best samples/s"} else "left")
+    for s in summaries:
+        best = f"{s.best_samples_per_s:,.0f}" if s.best_samples_per_s else "-"
+        if s.best_confirmed_speedup:
+            best += f" ({s.best_confirmed_speedup:.2f}× ref)"
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at)) if s.started_at else "-"
+        table.add_row(escape(s.sweep_id), s.status, started, str(s.trials) if s.trials is not None else "-", best)
+    out.print(table)
+
+
+def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS) -> None:
+    from elastune.tuning.results import COMPACT_COLUMNS, SUMMARY_COLUMNS, compact_rows, summary_rows
 
     counts = record.counts()
-    table = Table(title=f"sweep {record.sweep_id} ({record.status})")
-    for column in SUMMARY_COLUMNS:
-        table.add_column(column, justify="right" if column not in {"trial", "status", "parameters"} else "left")
-    for row in summary_rows(record):
-        table.add_row(*(escape(cell) for cell in row))
+    left = {"trial", "status", "parameters", "config", "#"}
+    table = Table(
+        title=f"sweep {record.sweep_id} ({record.status})",
+        box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD,
+        pad_edge=wide,
+        collapse_padding=not wide,
+    )
+    columns: tuple[str, ...]
+    if wide:
+        columns, rows = SUMMARY_COLUMNS, summary_rows(record, top)
+    else:
+        columns, rows = COMPACT_COLUMNS, compact_rows(record, top)
+    for column in columns:
+        # no cell wraps: the compact columns' natural widths fit 100 columns (a narrower terminal crops)
+        table.add_column(column, justify="left" if column in left else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row), end_section=not wide)
     out.print(table)
+    if len(rows) < len(record.trials):
+        out.print(f"the best {len(rows)} of {len(record.trials)} trials; --all shows every one")
     ceiling = human_bytes(record.memory_ceiling_bytes) if record.memory_ceiling_bytes else "none"
     ref = f"{record.reference_samples_per_s:,.0f} samples/s" if record.reference_samples_per_s else "n/a"
     out.print(
@@ -104,4 +173,4 @@ def _print_summary(record: Any) -> None:
     )
     best = record.best()
     if best is not None:
-        out.print(f"best config: elastune train --from-sweep {record.sweep_id}   (MLflow artifact best_config.yaml)")
+        out.print(f"best config (MLflow artifact best_config.yaml): elastune train --from-sweep {record.sweep_id}")

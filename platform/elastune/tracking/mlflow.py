@@ -67,6 +67,7 @@ __all__ = [
     "DEFAULT_EXPERIMENT",
     "STALE_AFTER_BEATS",
     "Heartbeat",
+    "SweepSummary",
     "SweepTracker",
     "artifact_path",
     "heartbeat_interval",
@@ -74,7 +75,9 @@ __all__ = [
     "load_sweep",
     "mark_interrupted",
     "mlflow_run_url",
+    "newest_sweep_id",
     "resolve_tracking_uri",
+    "sweep_summaries",
 ]
 
 DEFAULT_EXPERIMENT = "elastune"
@@ -467,6 +470,52 @@ def list_sweeps(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPER
     return records
 
 
+@dataclass(frozen=True)
+class SweepSummary:
+    """A line of `elastune sweeps`: what the parent run's tags and metrics say, no trial read."""
+
+    sweep_id: str
+    name: str
+    status: str
+    started_at: float | None
+    trials: int | None  # every trial recorded so far, the reference and screened-out ones included
+    best_samples_per_s: float | None
+    best_confirmed_speedup: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def sweep_summaries(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> list[SweepSummary]:
+    """Every sweep in the experiment, newest first, from its parent run alone (one query)."""
+    store = _open_store(tracking_uri, experiment)
+    if store is None:
+        return []
+    client, experiment_id = store
+    summaries = []
+    for run in _search(client, experiment_id, f"tags.`{_KIND}` = 'sweep'"):
+        record, metrics = _sweep_from_run(run), run.data.metrics
+        trials = _finite(metrics.get("trials_total"))
+        summaries.append(
+            SweepSummary(
+                sweep_id=record.sweep_id,
+                name=str(record.spec.get("name") or record.sweep_id),
+                status=record.status,
+                started_at=record.started_at,
+                trials=int(trials) if trials is not None else None,
+                best_samples_per_s=_finite(metrics.get("best_samples_per_s")),
+                best_confirmed_speedup=_finite(metrics.get("best_confirmed_speedup")),
+            )
+        )
+    summaries.sort(key=lambda s: s.started_at or 0.0, reverse=True)
+    return summaries
+
+
+def newest_sweep_id(tracking_uri: str | None = None, *, finished: bool = False) -> str | None:
+    """The newest sweep's id (with `finished`, the newest that finished); None: there is none."""
+    return next((r.sweep_id for r in list_sweeps(tracking_uri) if not finished or r.status == "finished"), None)
+
+
 def load_sweep(
     sweep_id: str | None, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
 ) -> SweepRecord:
@@ -588,6 +637,10 @@ def _sweep_from_run(run: Run) -> SweepRecord:
         if data.get("status") == "running" and time.time() - beat > STALE_AFTER_BEATS * every:
             data["status"] = "stale"
     return _from_dict(SweepRecord, data, run)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _number(text: str | None) -> float | None:

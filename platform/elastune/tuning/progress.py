@@ -1,5 +1,6 @@
 """The driver's view of a running sweep: a Ray Tune callback that turns trial events into
-`TrialRecord`s, logs each to MLflow (the driver is the only writer) and prints live progress.
+`TrialRecord`s, logs each to MLflow (the driver is the only writer) and shows progress on the
+sweep's display (display.py).
 
 It is pickled into Tune's experiment state (that is how `--resume` gets it back), so it holds only
 plain data; the MLflow client and the record are rebuilt in `setup()`.
@@ -12,20 +13,19 @@ not pruned or failed, and the sweep stays recorded as interrupted.
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Any
 
 from ray.tune import Callback
 
 from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
+from elastune.tuning.display import display_for
 from elastune.tuning.keys import ESTIMATE_KEY, META_PREFIX, NUMBER_KEY
 from elastune.tuning.report import TrialReport
+from elastune.tuning.results import trial_label
 from elastune.units import human_bytes
 
-__all__ = ["STOPPING", "SweepCallback", "progress_line"]
+__all__ = ["STOPPING", "SweepCallback", "searched", "status_text"]
 
-PRINT_EVERY_S = 15.0
 STOPPING: set[str] = set()  # ids of the sweeps whose driver was told to stop (a signal), in this process
 
 
@@ -37,7 +37,6 @@ class SweepCallback(Callback):
         self._tracker: Any = None
         self._record: SweepRecord | None = None
         self._spec: Any = None  # the validated SweepSpec, rebuilt in _ensure (plain data is what pickles)
-        self._last_print = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_tracker": None, "_record": None, "_spec": None}
@@ -76,8 +75,8 @@ class SweepCallback(Callback):
             self._ensure()
             for trial in records_for_screened(self._spec, queued):
                 self._save(trial, announce=True)
-        if time.monotonic() - self._last_print > PRINT_EVERY_S:
-            self._print(progress_line(self._ensure()))
+        record = self._ensure()
+        display_for(self.sweep_id).status(searched(record), status_text(record))
 
     # -- helpers
 
@@ -103,11 +102,9 @@ class SweepCallback(Callback):
         self._tracker.log_trial(record, trial)
         self._tracker.update_sweep(record)
         if announce:
-            self._print(f"{_trial_line(trial, record)}\n  {progress_line(record)}")
-
-    def _print(self, text: str) -> None:
-        self._last_print = time.monotonic()
-        print(text, file=sys.stderr, flush=True)
+            display = display_for(self.sweep_id)
+            display.line(_trial_line(trial))
+            display.status(searched(record), status_text(record), force=True)
 
     def _from_trial(self, trial: Any, status: str, metrics: dict[str, Any]) -> TrialRecord:
         self._ensure()
@@ -124,32 +121,33 @@ class SweepCallback(Callback):
         )
 
 
-def progress_line(record: SweepRecord) -> str:
+def searched(record: SweepRecord) -> int:
+    """The search's proposals that have ended (screened-out ones included; the reference aside)."""
+    return sum(t.status in FINAL_TRIAL_STATUSES for t in record.trials if t.trial_id != "reference")
+
+
+def status_text(record: SweepRecord) -> str:
+    """What runs and how the ended trials went, and the best so far: short, for one status row."""
     counts = record.counts()
-    done = counts["ok"] + counts["oom"] + counts["failed"] + counts["pruned"]
+    parts = [f"running {counts['running']}"]
+    parts += [f"{status} {counts[status]}" for status in ("infeasible", "pruned", "oom", "failed") if counts[status]]
     best = record.best()
-    best_text = (
-        f"best {best.samples_per_s:,.0f} samples/s ({best.trial_id})" if best and best.samples_per_s else "no best yet"
-    )
-    return (
-        f"[{record.sweep_id}] done {done} · running {counts['running']} · infeasible {counts['infeasible']} · "
-        f"pruned {counts['pruned']} · oom {counts['oom']} · failed {counts['failed']} · {best_text}"
-    )
+    if best is not None and best.samples_per_s:
+        parts.append(f"best {best.samples_per_s:,.0f}/s ({'trial ' if best.number >= 0 else ''}{trial_label(best)})")
+    return " · ".join(parts)
 
 
-def _trial_line(trial: TrialRecord, record: SweepRecord) -> str:
-    params = ", ".join(f"{k}={v}" for k, v in trial.params.items())
+def _trial_line(trial: TrialRecord) -> str:
+    params = " ".join(f"{k.split('.')[-1]}={v}" for k, v in trial.params.items())
+    name = f"trial {trial_label(trial)}" if trial.number >= 0 else trial.trial_id
     if trial.status == "infeasible" and trial.samples_per_s is None:
         predicted = human_bytes(trial.estimated_peak_bytes or 0)
-        return f"trial {trial.number} infeasible (not run): predicted {predicted} · {params}"
+        return f"{name} not run: predicted {predicted}, over the ceiling · {params}"
     if trial.status in {"ok", "infeasible", "pruned"} and trial.samples_per_s is not None:
         peak = human_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "n/a"
-        quality = (
-            "" if trial.quality_ok is None else (" quality ok" if trial.quality_ok else " quality below tolerance")
-        )
-        speed = f"{trial.samples_per_s:,.0f} samples/s"
-        return f"trial {trial.number} {trial.status}: {speed}, peak {peak}{quality} · {params}"
-    return f"trial {trial.number} {trial.status}: {trial.error or ''} · {params}"
+        quality = "" if trial.quality_ok is None else (", quality ok" if trial.quality_ok else ", quality too low")
+        return f"{name} {trial.status}: {trial.samples_per_s:,.0f} samples/s, peak {peak}{quality} · {params}"
+    return f"{name} {trial.status}: {trial.error or ''} · {params}"
 
 
 def _error_text(trial: Any) -> str:

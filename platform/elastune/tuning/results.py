@@ -9,8 +9,9 @@ from typing import Any
 from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
 from elastune.units import human_bytes
 
-__all__ = ["SUMMARY_COLUMNS", "results_json", "summary_rows"]
+__all__ = ["COMPACT_COLUMNS", "SUMMARY_COLUMNS", "compact_rows", "results_json", "summary_rows", "trial_label"]
 
+# `--wide`: every figure in its own column, one line per trial
 SUMMARY_COLUMNS = (
     "rank",
     "trial",
@@ -24,6 +25,18 @@ SUMMARY_COLUMNS = (
     "quality vs ref",
     "AUC",
 )
+# the default: fits a 100-column terminal, figures stacked in a cell (a trial takes a few lines)
+COMPACT_COLUMNS = ("#", "trial", "config", "samples/s", "vs ref", "peak", "quality")
+# searched keys as the compact table names them (others by their last dotted part)
+SHORT_NAMES = {
+    "embedding.strategy": "strategy",
+    "optimizer.sparse": "sparse opt",
+    "optimizer.dense": "dense opt",
+    "model.activation_checkpointing": "checkpointing",
+    "data.bucket_by_length": "buckets",
+    "model.embedding_dim": "dim",
+    "data.loader_workers": "workers",
+}
 
 
 def ranked(record: SweepRecord) -> list[TrialRecord]:
@@ -37,7 +50,8 @@ def ranked(record: SweepRecord) -> list[TrialRecord]:
     return feasible + rest
 
 
-def summary_rows(record: SweepRecord, top: int = 8) -> list[tuple[str, ...]]:
+def summary_rows(record: SweepRecord, top: int | None = None) -> list[tuple[str, ...]]:
+    """One row per trial (the `top` first of `ranked`; None: all), every figure in its column."""
     rows: list[tuple[str, ...]] = []
     for rank, trial in enumerate(ranked(record)[:top], start=1):
         rows.append(
@@ -56,6 +70,57 @@ def summary_rows(record: SweepRecord, top: int = 8) -> list[tuple[str, ...]]:
             )
         )
     return rows
+
+
+def compact_rows(record: SweepRecord, top: int | None = None) -> list[tuple[str, ...]]:
+    """The same trials as `summary_rows`, stacked to fit 100 columns: the rank (or why a trial lost),
+    its config one parameter a line, samples/s over its windows' middle half, its speed-up (and the
+    confirmation's), measured over predicted peak, and its quality against the reference's."""
+    rows: list[tuple[str, ...]] = []
+    for rank, trial in enumerate(ranked(record)[:top], start=1):
+        spread = ""
+        if trial.samples_per_s_quartiles and (trial.windows or 0) >= 3:
+            low, _, high = trial.samples_per_s_quartiles
+            spread = f"\n{_k(low)}-{_k(high)}"
+        confirmed = ""
+        if trial.confirmed_speedup:
+            low, median, high = trial.confirmed_speedup
+            confirmed = f"\nconf. {median:.2f}×\n({low:.2f}-{high:.2f})"
+        peak = _bytes3(trial.peak_memory_bytes) if trial.peak_memory_bytes else "-"
+        predicted = f"\npred. {_bytes3(trial.estimated_peak_bytes)}" if trial.estimated_peak_bytes else ""
+        rows.append(
+            (
+                str(rank) if trial.feasible else trial.status,
+                trial_label(trial),
+                "\n".join(f"{SHORT_NAMES.get(k, k.split('.')[-1])}={v}" for k, v in trial.params.items())
+                or "(reference)",
+                (f"{trial.samples_per_s:,.0f}" if trial.samples_per_s else "-") + spread,
+                _speedup(trial, record) + confirmed,
+                peak + predicted,
+                _quality(trial, record),
+            )
+        )
+    return rows
+
+
+def trial_label(trial: TrialRecord) -> str:
+    """How the console names a trial: its proposal number, as its line said ("trial 3 ok: ..."),
+    or `ref` for the reference."""
+    return "ref" if trial.trial_id == "reference" else str(trial.number) if trial.number >= 0 else trial.trial_id
+
+
+def _bytes3(n: int) -> str:
+    """human_bytes to three significant digits: 95.4 MiB, 858 MiB, 1.23 GiB."""
+    number, unit = human_bytes(n).split()
+    value = float(number)
+    return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+
+
+def _k(rate: float) -> str:
+    """A rate to three significant digits or so: 123k, 45.7k, 9,876."""
+    if rate >= 100_000:
+        return f"{rate / 1000:,.0f}k"
+    return f"{rate / 1000:.1f}k" if rate >= 10_000 else f"{rate:,.0f}"
 
 
 def _confirmed(trial: TrialRecord) -> str:

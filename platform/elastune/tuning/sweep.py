@@ -12,6 +12,8 @@ whose driver died without a word (SIGKILL) stops beating (`Heartbeat`) and reads
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import secrets
@@ -20,7 +22,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,8 @@ from elastune.compat import gcs_probe, loopback_only_ray, ray_dial_host
 from elastune.config import elastune_home
 from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
 from elastune.tracking.records import SweepRecord, TrialRecord
-from elastune.tuning.progress import STOPPING, SweepCallback
+from elastune.tuning.display import Display, PlainDisplay, register, unregister
+from elastune.tuning.progress import STOPPING, SweepCallback, searched
 from elastune.tuning.report import TrialReport
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
@@ -57,6 +60,9 @@ class SweepOptions:
     tracking_uri: str | None = None  # MLflow; None: MLFLOW_TRACKING_URI, else ./mlflow.db
     home: Path | None = None  # where Tune keeps sweep state (for --resume); default sweeps_home()
     echo: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+    # where progress goes (tuning/display.py); None: plain lines through `echo`
+    display: Display | None = None
+    verbose: bool = False  # let Ray, Tune and Optuna print what they print (else only the sweep's own lines)
     local_cpus: int | None = None  # CPUs of the local Ray started when there is no cluster
     local_gpus: int | None = None
 
@@ -95,7 +101,10 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
             started_at=time.time(),
             job_id=ray_job_id(),
         )
-    echo = options.echo
+    display = options.display or PlainDisplay(options.echo)
+    echo = display.line
+    if not options.verbose:
+        quiet_libraries()
     if resume is not None and options.address is None and record.ray_address:
         echo(f"resuming on the cluster the sweep ran on, {record.ray_address} (--address overrides)")
         options = replace(options, address=record.ray_address)
@@ -111,7 +120,9 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "2")
     tracker = SweepTracker(uri)
     started = time.time()
-    with Interruption(record.sweep_id, uri, resume_command(record.sweep_id, options.tracking_uri), echo) as stop:
+    register(record.sweep_id, display)
+    resume_line = resume_command(record.sweep_id, options.tracking_uri)
+    with unregistered(record.sweep_id), Interruption(record.sweep_id, uri, resume_line, echo) as stop:
         try:
             record.mlflow_run_id = stop.run_id = tracker.start_sweep(record)
             with Heartbeat(uri, record.mlflow_run_id):
@@ -120,11 +131,12 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
                     f"at a time, ceiling "
                     f"{human_bytes(spec.constraints.memory_ceiling) if spec.constraints.memory_ceiling else 'none'}"
                 )
-                _measure_reference(spec, record, tracker, home, stop, echo)
+                _measure_reference(spec, record, tracker, home, stop, display)
                 if not stop.signum:
+                    display.stage("search", spec.budget.max_trials, done=searched(record))
                     _search(spec, record, uri, home, concurrency, resumed=resume is not None)
                 if not stop.signum:
-                    _confirm(spec, record.sweep_id, uri, tracker, home, stop, echo)
+                    _confirm(spec, record.sweep_id, uri, tracker, home, stop, display)
         except Exception:
             if not stop.signum:
                 raise
@@ -139,8 +151,29 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
     return record
 
 
+def quiet_libraries() -> None:
+    """Only the sweep's own lines on the console (`--verbose` keeps the libraries' own): Tune's
+    legacy reporter, silent at verbose=0 (its newer one prints an experiment box and TensorBoard
+    hints whatever the verbosity), and no INFO or WARNING logs from Ray, Tune or Optuna (what
+    matters to a sweep reaches the user as the sweep's own line or error)."""
+    import optuna
+
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+@contextlib.contextmanager
+def unregistered(sweep_id: str) -> Iterator[None]:
+    """Forget the sweep's display when the sweep ends (its driver may run another)."""
+    try:
+        yield
+    finally:
+        unregister(sweep_id)
+
+
 def _measure_reference(
-    spec: SweepSpec, record: SweepRecord, tracker: Any, home: Path, stop: Interruption, echo: Callable[[str], None]
+    spec: SweepSpec, record: SweepRecord, tracker: Any, home: Path, stop: Interruption, display: Display
 ) -> None:
     """The reference: measured once per sweep (a resume keeps it), the bar for quality and the
     base of speed-ups. One stopped half-way is not recorded: a resume measures it again."""
@@ -148,7 +181,8 @@ def _measure_reference(
 
     if stop.signum or any(t.trial_id == "reference" for t in record.trials):
         return
-    reference = _run_reference(spec, record, _trainable(TrialContext(spec=record.spec)), home, echo)
+    display.stage("reference", None)
+    reference = _run_reference(spec, record, _trainable(TrialContext(spec=record.spec)), home, display.line)
     if not stop.signum:
         record.trials.append(reference)
         tracker.log_trial(record, reference)
@@ -187,26 +221,41 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
 
 
 def _confirm(
-    spec: SweepSpec, sweep_id: str, uri: str, tracker: Any, home: Path, stop: Interruption, echo: Callable[[str], None]
+    spec: SweepSpec, sweep_id: str, uri: str, tracker: Any, home: Path, stop: Interruption, display: Display
 ) -> None:
     """The confirmation stage (tuning/confirm.py), on the trials as MLflow holds them; each run is
     a one-trial Tune run of the same trainable, as the reference's is. A resume that finds the
     stage done (a confirmed trial) does not run it again."""
     from elastune.tracking.mlflow import load_sweep
-    from elastune.tuning.confirm import confirm_best
+    from elastune.tuning.confirm import confirm_best, confirmation_candidates
     from elastune.tuning.trial import TrialContext
 
     current = load_sweep(sweep_id, uri)
     if spec.confirm.top == 0 or any(t.confirmed_speedup for t in current.trials):
         return
     trainable = _trainable(TrialContext(spec=current.spec, reference_quality=current.reference_quality))
+    runs = spec.confirm.rounds * (len(confirmation_candidates(current, spec.confirm)) + 1)
+    done = 0
+    display.stage("confirmation", runs)
+
+    names = {t.trial_id: f"trial {t.number}" if t.number >= 0 else "the reference" for t in current.trials}
 
     def measure(params: Any, name: str) -> float | None:
+        nonlocal done
+        _, round_, trial_id = name.split("-", 2)  # confirm_best's run names: confirm-ROUND-TRIAL_ID
+        display.status(done, f"round {round_}: {names.get(trial_id, trial_id)}")
         report = _run_once(trainable, params, f"{sweep_id}-{name}", home)
+        done += 1
+        display.status(done, "")
         return report.samples_per_s if report.status == "ok" and report.quality_ok is not False else None
 
     for trial in confirm_best(
-        current, spec.confirm, spec.constraints.reference, measure, stopped=lambda: bool(stop.signum), echo=echo
+        current,
+        spec.confirm,
+        spec.constraints.reference,
+        measure,
+        stopped=lambda: bool(stop.signum),
+        echo=display.line,
     ):
         tracker.log_confirmation(current, trial)
 
@@ -411,7 +460,6 @@ def _tune_config(spec: SweepSpec, sweep_id: str, concurrency: int) -> Any:
         num_samples=-1,  # the searcher ends the sweep: screened proposals count, Ray trials alone would not
         time_budget_s=spec.budget.time_limit_s,
         trial_dirname_creator=trial_dirname,
-        max_concurrent_trials=concurrency,
     )
 
 
@@ -492,7 +540,7 @@ def connect_ray(options: SweepOptions) -> None:
     if address:
         check_cluster(address)
         try:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, logging_level=_ray_log_level(options))
         except ConnectionError as exc:
             raise InputError(
                 f"--address={address!r}: no Ray cluster answers there ({exc}); start one with "
@@ -511,7 +559,12 @@ def connect_ray(options: SweepOptions) -> None:
             _node_ip_address="127.0.0.1",
             include_dashboard=False,
             log_to_driver=False,
+            logging_level=_ray_log_level(options),
         )
+
+
+def _ray_log_level(options: SweepOptions) -> int:
+    return logging.INFO if options.verbose else logging.ERROR
 
 
 def check_cluster(address: str) -> None:
