@@ -43,7 +43,9 @@ def make_broker_reader(address: str | None, wait_s: float = 8.0) -> MemoryReader
                         "also start the UI with --cluster-address ray://HOST:10001 (the head's Ray Client port) "
                         "or --cluster-address auto (on a node of the cluster)"
                     )
-                ray.init(address=init_address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
+                ray.init(
+                    address=init_address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False
+                )
         status: dict[str, Any] | None = broker.read_status(timeline_s=timeline_s)
         return status
 

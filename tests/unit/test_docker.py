@@ -288,7 +288,9 @@ def test_the_token_files_are_git_ignored() -> None:
 
 def instructions(dockerfile: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments), continuation lines joined and comments dropped."""
-    joined = re.sub(r"\\\n", " ", "\n".join(line for line in dockerfile.splitlines() if not line.lstrip().startswith("#")))
+    joined = re.sub(
+        r"\\\n", " ", "\n".join(line for line in dockerfile.splitlines() if not line.lstrip().startswith("#"))
+    )
     return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in joined.splitlines() if line.strip()]
 
 
@@ -327,7 +329,10 @@ def dockerfile_problems(dockerfile: str) -> list[str]:
     project = next((a for a in installs if '".[' in a), "")
     if "--no-build-isolation" not in project:
         problems.append("elastune is built in an isolated environment with unpinned build tools")
-    build_tools = {re.split(r"[<>=]", r)[0] for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]}
+    build_tools = {
+        re.split(r"[<>=]", r)[0]
+        for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    }
     pinned = {m for install in installs for m in re.findall(r"([\w-]+)==", install)}
     problems += [f"build tool {t} is not pinned" for t in sorted(build_tools - pinned)]
     return problems
