@@ -45,7 +45,7 @@ def create_app(settings: UISettings | None = None, memory_reader: MemoryReader |
     app.state.tracking_uri = tracking_uri
     app.state.jobs = JobService(settings.ray_address)
     app.state.sweeps = SweepReader(tracking_uri)
-    app.state.memory_reader = memory_reader or make_broker_reader(settings.ray_address)
+    app.state.memory_reader = memory_reader or make_broker_reader(settings.broker_address())
     app.add_middleware(GuardMiddleware, allowed_hosts=settings.host_allowlist(), token=settings.token)
     _add_error_handlers(app)
     app.include_router(api.router)

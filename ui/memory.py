@@ -21,8 +21,9 @@ _NO_BROKER = (
 )
 
 
-def make_broker_reader(ray_address: str | None, wait_s: float = 8.0) -> MemoryReader:
-    """A reader that connects this process to the cluster on first use and asks the broker actor.
+def make_broker_reader(address: str | None, wait_s: float = 8.0) -> MemoryReader:
+    """A reader that connects this process to the cluster at `address` (UISettings.broker_address)
+    on first use and asks the broker actor.
 
     A page poll must never hang on Ray: connecting and reading run in a helper thread, and a call
     that takes longer than `wait_s` reports "not answering" while the attempt goes on behind it.
@@ -35,13 +36,16 @@ def make_broker_reader(ray_address: str | None, wait_s: float = 8.0) -> MemoryRe
 
         with lock:
             if not ray.is_initialized():
-                address = _gcs_address(ray_address)
-                if address is None:
+                init_address = _init_address(address)
+                if init_address is None:
                     raise ConnectionError(
-                        f"--ray-address={ray_address!r} is the job server's URL, which cannot reach the EDO broker; "
-                        "start the UI with --ray-address auto (the local cluster) or HOST:PORT of the cluster's head"
+                        f"--ray-address={address!r} is the job server's URL, which cannot reach the EDO broker; "
+                        "also start the UI with --cluster-address ray://HOST:10001 (the head's Ray Client port) "
+                        "or --cluster-address auto (on a node of the cluster)"
                     )
-                ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
+                ray.init(
+                    address=init_address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False
+                )
         status: dict[str, Any] | None = broker.read_status(timeline_s=timeline_s)
         return status
 
@@ -67,13 +71,13 @@ def make_broker_reader(ray_address: str | None, wait_s: float = 8.0) -> MemoryRe
     return read
 
 
-def _gcs_address(ray_address: str | None) -> str | None:
+def _init_address(address: str | None) -> str | None:
     """The address ray.init takes: the local cluster by default; None for a dashboard URL."""
-    if ray_address is None:
+    if address is None:
         return "auto"
-    if ray_address.startswith(("http://", "https://")):
+    if address.startswith(("http://", "https://")):
         return None
-    return ray_address
+    return address
 
 
 def memory_view(reader: MemoryReader, timeline_s: float) -> dict[str, Any]:

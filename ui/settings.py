@@ -26,12 +26,19 @@ class UISettings:
     port: int = 8710
     token: str | None = None  # when set, every /api call needs `Authorization: Bearer TOKEN`
     ray_address: str | None = None  # dashboard URL (http://127.0.0.1:8265) or a ray.init address; None: local
+    # What ray.init takes to reach the EDO broker (ray://HOST:10001, HOST:6379, auto): a job server's
+    # URL cannot. None: ray_address when it is such an address, else the local cluster's.
+    cluster_address: str | None = None
     tracking_uri: str | None = None  # MLflow; None: elastune's default store
     spec_dir: Path = field(default_factory=lambda: default_spec_dir())
     allowed_hosts: tuple[str, ...] = ()  # Host header values accepted besides the loopback names and `host`
     # The interpreter the cluster runs jobs with. A bare `python` on a Ray node is whatever its PATH
     # finds (often not the venv elastune is in), so a local cluster gets this process's interpreter.
     job_python: str = field(default_factory=lambda: sys.executable)
+
+    def broker_address(self) -> str | None:
+        """The address the Memory page's reader connects with (memory.make_broker_reader)."""
+        return self.cluster_address or self.ray_address
 
     def host_allowlist(self) -> frozenset[str]:
         """Host header names (without port) this server answers to."""
@@ -51,7 +58,8 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(settings: UISettings) -> None:
-    """Refuse to serve beyond this machine without a token (raises InputError, exit code 2)."""
+    """Refuse to serve beyond this machine without a token, or a start-up setting that cannot work
+    (raises InputError, exit code 2)."""
     if not is_loopback(settings.host) and not settings.token:
         raise InputError(
             f"--host={settings.host!r} is reachable from other machines, and anyone who reaches the UI can "
@@ -61,6 +69,11 @@ def check_bind(settings: UISettings) -> None:
     if settings.token is not None and len(settings.token) < 16:
         raise InputError(
             "the UI's token is shorter than 16 characters; use a long random one, e.g. `openssl rand -hex 24`"
+        )
+    if settings.cluster_address is not None and settings.cluster_address.startswith(("http://", "https://")):
+        raise InputError(
+            f"--cluster-address={settings.cluster_address!r} is a URL, which cannot reach the EDO broker (a Ray "
+            "actor); give ray://HOST:10001 (the head's Ray Client port) or auto (the local cluster)"
         )
     if not 0 < settings.port < 65536:
         raise InputError(f"--port={settings.port}: must be between 1 and 65535")

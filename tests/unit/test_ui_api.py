@@ -374,5 +374,34 @@ def test_memory_reader_given_a_dashboard_url_says_what_to_pass_instead() -> None
         pytest.skip("this process is already a Ray driver; the reader would use that connection")
     view = memory_view(make_broker_reader("http://127.0.0.1:8265"), 60)
     # said at once, not after the reader's wait ran out ("not answering"); and no connection tried
-    assert not view["available"] and "--ray-address auto" in view["reason"]
+    assert not view["available"] and "--cluster-address ray://HOST:10001" in view["reason"]
     assert not ray.is_initialized()
+
+
+def test_the_memory_page_reaches_the_broker_at_the_cluster_address_not_the_job_server() -> None:
+    # docker/compose.yaml's UI: jobs through the job server's URL, the broker through Ray Client
+    split = UISettings(ray_address="http://ray-head:8265", cluster_address="ray://ray-head:10001")
+    assert split.broker_address() == "ray://ray-head:10001"
+    assert UISettings(ray_address="10.0.0.5:6379").broker_address() == "10.0.0.5:6379"  # one address serves both
+    assert UISettings().broker_address() is None  # the local cluster
+
+
+def test_a_url_as_the_cluster_address_is_refused_at_start_up() -> None:
+    from elastune.errors import InputError
+    from elastune.ui import check_bind
+
+    with pytest.raises(InputError, match="--cluster-address='http://ray-head:8265' is a URL"):
+        check_bind(UISettings(cluster_address="http://ray-head:8265"))
+    check_bind(UISettings(cluster_address="ray://ray-head:10001"))
+
+
+def test_the_cli_hands_the_cluster_address_to_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import elastune.ui
+    from elastune.cli import main
+
+    served: list[UISettings] = []
+    monkeypatch.delenv("ELASTUNE_UI_TOKEN", raising=False)
+    monkeypatch.setattr(elastune.ui, "serve", served.append)
+    args = ["ui", "--ray-address", "http://ray-head:8265", "--cluster-address", "ray://ray-head:10001"]
+    assert main(args) == 0
+    assert served[0].ray_address == "http://ray-head:8265" and served[0].broker_address() == "ray://ray-head:10001"

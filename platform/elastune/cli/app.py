@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from elastune.cli import edo, run, sweep, ui
 from elastune.cli.common import err
+from elastune.cli.k8s import k8s_app
 from elastune.errors import ElastuneError
 
 __all__ = ["app", "main"]
@@ -33,6 +34,7 @@ config_app.command("show")(run.config_show)
 app.add_typer(config_app, name="config")
 app.command("ui")(ui.ui)
 app.add_typer(edo.edo_app, name="edo")
+app.add_typer(k8s_app, name="k8s")
 
 
 def main(argv: list[str] | None = None) -> int:

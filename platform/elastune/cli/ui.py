@@ -33,6 +33,13 @@ def ui(
         str | None,
         typer.Option(help="Ray dashboard/job server, e.g. http://127.0.0.1:8265; default: the local cluster."),
     ] = None,
+    cluster_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the Memory page connects to Ray to ask the EDO broker: ray://HOST:10001 (Ray Client, from "
+            "outside the cluster), or auto on one of its nodes; default: --ray-address unless it is a URL."
+        ),
+    ] = None,
     tracking_uri: Annotated[
         str | None, typer.Option(help="MLflow store; default $MLFLOW_TRACKING_URI, else sqlite:///./mlflow.db.")
     ] = None,
@@ -63,6 +70,7 @@ def ui(
         port=port,
         token=_read_token(token_file),
         ray_address=ray_address,
+        cluster_address=cluster_address,
         tracking_uri=tracking_uri,
         allowed_hosts=tuple(allow_host or ()),
         **extra,
