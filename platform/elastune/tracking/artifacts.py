@@ -6,8 +6,8 @@ plot) without a store.
 
 - best_config.yaml: the best trial's resolved RunConfig, runnable as `elastune train best_config.yaml`.
 - trials.csv: one row per trial (id, status, searched params, metrics).
-- pareto.png: samples/s against measured peak memory, the Pareto front, infeasible trials at their
-  estimated peak, the memory ceiling.
+- pareto.png: samples/s against peak memory for every outcome, the Pareto front numbered and named,
+  the best, the reference and the memory ceiling marked (drawn by pareto_plot.py).
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ from typing import Any
 import yaml
 
 from elastune.dotted import flatten
-from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
+from elastune.tracking.pareto_plot import pareto_png
+from elastune.tracking.records import SweepRecord
 from elastune.units import human_bytes
 
 __all__ = ["best_config_yaml", "flatten", "pareto_png", "trials_csv"]
-
-_MIB = 1024**2
-_GIB = 1024**3
 
 # The per-trial figures, in the order trials.csv shows them after the searched params.
 _CSV_FIGURES = (
@@ -91,67 +89,3 @@ def _inert(cell: Any) -> Any:
     if isinstance(cell, str) and cell.startswith(_FORMULA_START) and not _NUMBER.match(cell):
         return "'" + cell
     return cell
-
-
-def pareto_png(record: SweepRecord) -> bytes:
-    """samples/s against peak memory as PNG bytes (matplotlib's Agg canvas: no display, no pyplot state)."""
-    # Imported here: matplotlib costs a few hundred ms and only finish_sweep (or the UI) draws.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(8, 5), dpi=110)
-    FigureCanvasAgg(figure)
-    ax = figure.add_subplot()
-    scale, unit = _memory_unit(record)
-    front = pareto_front(record.trials)
-    front_ids = {t.trial_id for t in front}
-
-    def plot(trials: list[TrialRecord], x_of: str, **style: Any) -> None:
-        points = [(getattr(t, x_of) / scale, t.samples_per_s or 0.0) for t in trials if getattr(t, x_of) is not None]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.scatter(xs, ys, clip_on=False, **style)  # unclipped: trials without throughput sit on y=0
-
-    ok = [t for t in record.trials if t.status == "ok" and t.trial_id not in front_ids]
-    plot(ok, "peak_memory_bytes", marker="o", color="tab:blue", alpha=0.6, label="ok")
-    pruned = [t for t in record.trials if t.status == "pruned"]
-    plot(pruned, "peak_memory_bytes", marker="s", facecolors="none", edgecolors="tab:gray", label="pruned (partial)")
-    if front:
-        xs = [(t.peak_memory_bytes or 0) / scale for t in front]
-        ys = [t.samples_per_s or 0.0 for t in front]
-        # A staircase: between two front points the best reachable throughput is the cheaper one's.
-        ax.plot(xs, ys, color="tab:orange", linewidth=1.5, drawstyle="steps-post", zorder=2)
-        ax.scatter(xs, ys, marker="*", s=160, color="tab:orange", edgecolors="black", zorder=3, label="Pareto front")
-    # Trials that never produced a throughput sit on the x axis, at the memory that ruled them out.
-    infeasible = [t for t in record.trials if t.status == "infeasible"]
-    plot(infeasible, "estimated_peak_bytes", marker="x", s=60, color="tab:red", label="infeasible (estimated peak)")
-    oom = [t for t in record.trials if t.status == "oom"]
-    plot(oom, "estimated_peak_bytes", marker="v", s=50, color="darkred", label="out of memory (estimated peak)")
-    if record.memory_ceiling_bytes is not None:
-        ax.axvline(
-            record.memory_ceiling_bytes / scale,
-            color="tab:red",
-            linestyle="--",
-            label=f"memory ceiling ({human_bytes(record.memory_ceiling_bytes)})",
-        )
-    ax.set_xlabel(f"peak memory ({unit}): measured; infeasible and OOM trials: estimated")
-    ax.set_ylabel("throughput (samples/s)")
-    ax.set_title(f"sweep {record.sweep_id}: throughput against peak memory")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="best", fontsize="small")
-    else:
-        ax.text(0.5, 0.5, "no trial has figures yet", ha="center", va="center", transform=ax.transAxes)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", bbox_inches="tight")
-    return buffer.getvalue()
-
-
-def _memory_unit(record: SweepRecord) -> tuple[float, str]:
-    """GiB when anything plotted reaches 1 GiB, MiB otherwise."""
-    sizes = [record.memory_ceiling_bytes or 0]
-    for t in record.trials:
-        sizes += [t.peak_memory_bytes or 0, t.estimated_peak_bytes or 0]
-    return (_GIB, "GiB") if max(sizes) >= _GIB else (_MIB, "MiB")
