@@ -150,3 +150,31 @@ def test_throughput_is_measured_per_window_too(tiny_cfg: MakeCfg) -> None:
     assert min(windows) * 0.999 <= result.samples_per_s <= max(windows) * 1.001
     assert quartiles([4.0, 1.0, 3.0, 2.0, 5.0]) == [2.0, 3.0, 4.0]
     assert quartiles([10.0]) == [10.0, 10.0, 10.0] and quartiles([]) is None
+
+
+def test_warm_up_is_the_leading_windows_well_below_the_steady_rate() -> None:
+    from elastune.training.loop import warm_up_windows
+
+    assert warm_up_windows([50.0, 80.0, 100.0, 101.0, 99.0, 100.0]) == 2
+    assert warm_up_windows([95.0, 100.0, 100.0, 101.0, 99.0, 100.0]) == 0  # within 10%: noise, not warm-up
+    assert warm_up_windows([50.0, 100.0, 100.0]) == 0  # three windows: too few to tell
+    assert warm_up_windows([10.0] * 5 + [100.0] * 3) == 4  # at most half the windows
+    assert warm_up_windows([100.0, 50.0, 100.0, 100.0]) == 0  # only leading windows: a dip later is not warm-up
+
+
+def test_a_slow_start_the_windows_show_is_left_out_of_the_throughput(tiny_cfg: MakeCfg) -> None:
+    import time
+
+    def slow_first_window(step: int, index: int) -> None:
+        if step < 10:  # steps 5-9 (warmup_steps=5) are the first timed window: still "warming up"
+            time.sleep(0.05)
+
+    result = train(
+        tiny_cfg("steps=25", "warmup_steps=5"), progress_every=5, on_progress=lambda p: None, fault=slow_first_window
+    )
+    windows = result.window_samples_per_s
+    # the slow window is warm-up; on a busy machine the next may read as one too (at most half)
+    assert len(windows) == 4 and result.warmup_windows in {1, 2}, windows
+    steady = windows[result.warmup_windows :]  # equal samples each: their rate is the harmonic mean
+    assert result.samples_per_s == pytest.approx(len(steady) / sum(1 / w for w in steady), rel=1e-9)
+    assert result.samples_per_s > 2 * windows[0]

@@ -10,6 +10,7 @@ steps after warm-up, data generation included, because that is what a user waits
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -106,6 +107,8 @@ class TrainResult:
     # samples/s of each timed window (progress_every steps, the reports' time left out): how much
     # the throughput moved within the run, where samples_per_s is the whole timed stretch
     window_samples_per_s: list[float] = field(default_factory=list)
+    # the leading windows still warming up (`warm_up_windows`): left out of samples_per_s and units_per_s
+    warmup_windows: int = 0
 
     @property
     def val_logloss(self) -> float | None:
@@ -184,8 +187,8 @@ def train(
 
     # -- steps
     timed_from: tuple[float, int] | None = None
-    window: tuple[float, int] | None = None  # the open timed window's start (time, samples)
-    windows: list[float] = []  # samples/s of each closed window
+    window: tuple[float, int, int] | None = None  # the open timed window's start (time, samples, units)
+    windows: list[Window] = []  # the closed ones
     window_steps = 0
     count_units = getattr(workload, "count_units", None)  # e.g. an LM's real tokens (padding excluded)
     arrange_step = getattr(workload, "arrange_step", None)  # e.g. an LM's sequences sorted by length
@@ -203,7 +206,8 @@ def train(
     loss_sum, loss_steps, last_loss = torch.zeros((), device=device), 0, float("nan")
     while state.step < cfg.steps:
         if timed_from is None and state.step >= cfg.warmup_steps:
-            timed_from = window = (time.perf_counter(), state.samples)
+            timed_from = (time.perf_counter(), state.samples)
+            window = (*timed_from, timed_units)
         # data: this step's samples (training/batches.py), read once, so a retry after OOM redoes
         # exactly them; each rank reads its own contiguous share of the group's step
         if batch is None:
@@ -239,8 +243,8 @@ def train(
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)  # the window's kernels, not only their launches
                 now = time.perf_counter()
-                windows.append((state.samples - window[1]) / (now - window[0]))
-                window, window_steps = (now, state.samples), 0
+                windows.append(Window(state.samples - window[1], now - window[0], timed_units - window[2]))
+                window, window_steps = (now, state.samples, timed_units), 0
         loss_sum += step_loss
         loss_steps += 1
         if boundary is not None:
@@ -256,7 +260,7 @@ def train(
                 # worker group's report waits for its Ray Train controller's next poll).
                 paused = time.perf_counter() - reporting
                 timed_from = (timed_from[0] + paused, timed_from[1])
-                window = (window[0] + paused, window[1]) if window is not None else None
+                window = (window[0] + paused, *window[1:]) if window is not None else None
         if ckpt.every and ckpt.path is not None and rank == 0 and state.step % ckpt.every == 0:
             save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
     if device.type == "cuda":
@@ -265,6 +269,12 @@ def train(
     elapsed = time.perf_counter() - timed_from[0] if timed_from else 0.0
     timed_seconds = (state.samples - timed_from[1]) / samples_per_s if timed_from and samples_per_s else 0.0
     units_per_s = timed_units / timed_seconds if count_units is not None and timed_seconds else None
+    warmup = warm_up_windows([w.rate for w in windows])
+    if warmup:  # the run was still warming up after warmup_steps: its steady windows alone count
+        steady = windows[warmup:]
+        seconds = sum(w.seconds for w in steady)
+        samples_per_s = sum(w.samples for w in steady) / seconds
+        units_per_s = sum(w.units for w in steady) / seconds if count_units is not None else None
     if loss_steps:
         last_loss = float(loss_sum) / loss_steps
     if ckpt.path is not None and rank == 0:  # ranks hold the same weights: one writer
@@ -302,7 +312,8 @@ def train(
         device=str(device),
         elapsed_s=elapsed,
         config=cfg.to_dict(),
-        window_samples_per_s=windows,
+        window_samples_per_s=[w.rate for w in windows],
+        warmup_windows=warmup,
     )
 
 
@@ -325,6 +336,37 @@ def _at_boundary(boundary: StepBoundary, state: LoopState, model: nn.Module, eff
     boundary.at_boundary(state, model)
     if state.micro * state.accum != effective:
         raise RuntimeError(f"a step boundary changed the effective batch {effective} to {state.micro}x{state.accum}")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A timed window: progress_every steps (the reports' time left out)."""
+
+    samples: int
+    seconds: float
+    units: int  # the workload's own units (an LM's real tokens), 0 where it counts none
+
+    @property
+    def rate(self) -> float:
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+
+WARM_UP_SHORTFALL = 0.10  # a leading window this much slower than the steady rate is still warming up
+
+
+def warm_up_windows(rates: list[float]) -> int:
+    """How many leading windows were still warming up: those slower than (1 - WARM_UP_SHORTFALL)
+    times the steady rate (the median of the second half of the windows), at most half of them.
+    `warmup_steps` is a guess made before the run; the windows show where the rate settled (a heap
+    still growing, kernels still being picked, caches filling). Fewer than four windows: none,
+    too few to tell a warm-up from noise."""
+    if len(rates) < 4:
+        return 0
+    steady = statistics.median(rates[len(rates) // 2 :])
+    count = 0
+    while count < len(rates) // 2 and rates[count] < (1 - WARM_UP_SHORTFALL) * steady:
+        count += 1
+    return count
 
 
 def _rate(timed_from: tuple[float, int] | None, state: LoopState) -> float | None:
