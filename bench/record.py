@@ -23,8 +23,6 @@ from typing import Any
 
 RECORDS = Path(__file__).resolve().parent / "records"
 ROOT = Path(__file__).resolve().parents[1]
-# CPU flags that decide which kernels torch runs (bf16 and fp16 speed above all).
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile", "f16c")
 REQUIRED = ("benchmark", "title", "command", "date", "commit", "machine", "figures")
 
 
@@ -68,13 +66,16 @@ def machine(device: str | None = None) -> dict[str, Any]:
         "arch": platform.machine(),
         "cores": os.cpu_count(),
         "cpu": cpu.get("model name"),
-        "cpu_flags": sorted(set(cpu.get("flags", "").split()) & set(SPEED_FLAGS)) if cpu else None,
+        "cpu_flags": None,  # precision.SPEED_FLAGS present (those that decide bf16/fp16 speed), read below
         "python": platform.python_version(),
         "gpu": None,
     }
     try:
         import torch
+        from elastune.training.precision import cpu_speed_flags
 
+        flags = cpu_speed_flags()
+        info["cpu_flags"] = list(flags) if flags is not None else None
         info["torch"] = torch.__version__
         info["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         if (device or "").startswith("cuda") and torch.cuda.is_available():

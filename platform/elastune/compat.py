@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 __all__ = [
+    "cluster_nodes",
     "gcs_probe",
     "is_fake",
     "loopback_only_ray",
@@ -56,6 +57,17 @@ def gcs_probe(address: str) -> None:
     from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     GcsClient(address=address)
+
+
+def cluster_nodes(address: str, timeout_s: float) -> list[dict[str, Any]]:
+    """The live nodes of the cluster whose GCS is at HOST:PORT, each {"address", "resources"}, read
+    from the GCS without connecting a driver (`ray.init` would register a job on the cluster, and
+    `ray.nodes()` needs one). The public state API needs the dashboard, which a cluster may not run."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo  # type: ignore[attr-defined]
+
+    nodes = GcsClient(address=address).get_all_node_info(timeout=timeout_s, state_filter=GcsNodeInfo.ALIVE)
+    return [{"address": node.node_manager_address, "resources": dict(node.resources_total)} for node in nodes.values()]
 
 
 def ray_dial_host(host: str) -> str:

@@ -28,6 +28,16 @@ def test_the_gcs_client_the_probe_opens_is_there() -> None:
     assert callable(GcsClient)
 
 
+def test_the_gcs_client_lists_live_nodes_with_a_timeout() -> None:
+    # cluster_nodes runs against a real cluster in tests/integration/local_ray/test_doctor_ray.py.
+    from ray._raylet import InnerGcsClient  # type: ignore[attr-defined]
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+    assert {"timeout", "state_filter"} <= set(inspect.signature(InnerGcsClient.get_all_node_info).parameters)
+    assert GcsNodeInfo.GcsNodeState.Name(GcsNodeInfo.ALIVE) == "ALIVE"
+    assert {"node_manager_address", "resources_total", "state"} <= set(GcsNodeInfo.DESCRIPTOR.fields_by_name)
+
+
 def test_ray_dials_loopback_as_loopback_when_clusters_are_off() -> None:
     with compat.loopback_only_ray():
         if os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from elastune.cli import edo, run, sweep, ui
+from elastune.cli import doctor, edo, run, sweep, ui
 from elastune.cli.common import err
 from elastune.cli.k8s import k8s_app
 from elastune.errors import ElastuneError
@@ -28,6 +28,7 @@ app.command()(run.estimate)
 app.command()(sweep.sweep)
 app.command()(sweep.results)
 app.command()(sweep.sweeps)
+app.command()(doctor.doctor)
 config_app = typer.Typer(help="Inspect run configs.", no_args_is_help=True)
 config_app.command("schema")(run.config_schema)
 config_app.command("show")(run.config_show)

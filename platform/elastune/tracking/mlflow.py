@@ -70,6 +70,7 @@ __all__ = [
     "SweepSummary",
     "SweepTracker",
     "artifact_path",
+    "check_writable",
     "heartbeat_interval",
     "list_sweeps",
     "load_sweep",
@@ -134,6 +135,18 @@ def _client(uri: str) -> MlflowClient:
     elif is_http(uri):
         check_server(uri)
     return MlflowClient(tracking_uri=uri)
+
+
+def check_writable(uri: str, experiment: str = DEFAULT_EXPERIMENT) -> None:
+    """Write one tag to the store at a resolved `uri` and remove it again: raises where the store
+    cannot be reached or written. The tag goes on `experiment` where it exists, else on the store's
+    Default experiment, which every MLflow store has, so nothing is created and nothing is left."""
+    client = _client(uri)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found is not None and found.lifecycle_stage == "active" else "0"
+    key = "elastune.doctor.write_check"
+    client.set_experiment_tag(experiment_id, key, str(time.time()))
+    client.delete_experiment_tag(experiment_id, key)
 
 
 def _ensure_experiment(client: MlflowClient, uri: str, name: str) -> str:

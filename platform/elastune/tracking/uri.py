@@ -13,7 +13,15 @@ from urllib.parse import urlparse
 
 from elastune.errors import InputError, Problem
 
-__all__ = ["artifact_location", "check_server", "is_http", "mlflow_run_url", "resolve_tracking_uri", "sqlite_path"]
+__all__ = [
+    "artifact_location",
+    "check_server",
+    "is_http",
+    "mlflow_run_url",
+    "resolve_tracking_uri",
+    "server_problem",
+    "sqlite_path",
+]
 
 _FORMS = (
     "use sqlite:///PATH/mlflow.db (a local store), http://HOST:PORT (an `mlflow server`, for "
@@ -85,18 +93,25 @@ def artifact_location(uri: str) -> str | None:
 
 def check_server(uri: str, timeout_s: float = 10.0) -> None:
     """An http(s) store must answer /health: fail in seconds with the fix, not after MLflow's retries."""
+    problem = server_problem(uri, timeout_s)
+    if problem is not None:
+        raise _bad(
+            "--tracking-uri",
+            uri,
+            f"{problem}; start one (mlflow server --host 127.0.0.1 --port 5000) "
+            "or point --tracking-uri at a running one",
+        )
+
+
+def server_problem(uri: str, timeout_s: float = 10.0) -> str | None:
+    """Why nothing answers /health at an http(s) store's `uri`; None when something does."""
     try:
         urllib.request.urlopen(f"{uri}/health", timeout=timeout_s).close()
     except urllib.error.HTTPError:
         pass  # something answered (a proxy, an auth layer): let MLflow report the details
     except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _bad(
-            "--tracking-uri",
-            uri,
-            f"no MLflow server answers there ({reason}); start one (mlflow server --host 127.0.0.1 "
-            "--port 5000) or point --tracking-uri at a running one",
-        ) from None
+        return f"no MLflow server answers there ({getattr(exc, 'reason', exc)})"
+    return None
 
 
 def _bad(source: str, uri: str, message: str) -> InputError:

@@ -8,17 +8,33 @@ range is narrow, so small gradients would underflow to zero without scaling the 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import torch
 
 from elastune.errors import DeviceError
 from elastune.training import probe
 
-__all__ = ["autocast_for", "check_precision", "resolve_device"]
+__all__ = ["SPEED_FLAGS", "autocast_for", "check_precision", "cpu_speed_flags", "matmul_seconds", "resolve_device"]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# CPU flags that decide which kernels torch runs on a CPU, bf16 and fp16 speed above all: without
+# avx512_bf16 / amx_bf16 (avx512_fp16 / amx_fp16) torch emulates the half type in fp32 and converts.
+SPEED_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "amx_bf16",
+    "amx_fp16",
+    "amx_tile",
+    "f16c",
+)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -65,3 +81,42 @@ def autocast_for(precision: str, device: torch.device) -> Callable[[], AbstractC
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
     # Only fp16 needs scaling; a disabled scaler is a pass-through, which keeps the loop uniform.
     return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+
+
+def cpu_speed_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...] | None:
+    """Which of SPEED_FLAGS this CPU has (the first core's flags line); None where the file is
+    not there to read (not Linux)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return tuple(sorted(set(value.split()) & set(SPEED_FLAGS)))
+    return ()
+
+
+def matmul_seconds(precision: str, size: int = 128, budget_s: float = 0.25) -> float:
+    """Seconds one size x size matmul takes on the CPU in `precision`'s dtype: the fastest of as many
+    repeats as fit in `budget_s` (the fastest, because other work on the machine only adds time).
+    Raises RuntimeError where this torch has no CPU kernel for the dtype."""
+    dtype = _DTYPES.get(precision, torch.float32)
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    threads = torch.get_num_threads()
+    # One thread: on a busy machine torch's threads wait on each other for whole time slices, and a
+    # 2-thread fp32 matmul measured anywhere from 0.2 to 28 ms; one thread gives the kernel's speed.
+    torch.set_num_threads(1)
+    try:
+        a @ b  # the first call pays for picking and loading the kernel
+        best = float("inf")
+        deadline = time.perf_counter() + budget_s
+        while True:
+            start = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - start)
+            if start + best >= deadline:
+                return best
+    finally:
+        torch.set_num_threads(threads)

@@ -31,7 +31,17 @@ from typing import Protocol
 
 import torch
 
-__all__ = ["CpuProbe", "CudaProbe", "DeviceProbe", "ElasticProbe", "MemoryPeak", "VirtualProbe", "probe_for"]
+__all__ = [
+    "CpuProbe",
+    "CudaDevice",
+    "CudaProbe",
+    "DeviceProbe",
+    "ElasticProbe",
+    "MemoryPeak",
+    "VirtualProbe",
+    "cuda_devices",
+    "probe_for",
+]
 
 
 @dataclass(frozen=True)
@@ -325,3 +335,22 @@ def cuda_device_count() -> int:
 
 def cuda_supports_bf16(device: torch.device) -> bool:
     return bool(torch.cuda.is_bf16_supported()) if device.type == "cuda" else True
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """One visible CUDA device as the driver sees it now."""
+
+    index: int
+    name: str
+    free_bytes: int  # free on the device, other processes' use taken out (cudaMemGetInfo)
+    total_bytes: int
+
+
+def cuda_devices() -> list[CudaDevice]:
+    """Every CUDA device this process can see, with its free memory; empty without CUDA."""
+    devices = []
+    for index in range(cuda_device_count()):
+        free, total = torch.cuda.mem_get_info(index)  # creates a CUDA context on the device
+        devices.append(CudaDevice(index, torch.cuda.get_device_name(index), int(free), int(total)))
+    return devices

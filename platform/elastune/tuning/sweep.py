@@ -29,7 +29,8 @@ from typing import Any
 
 from ray.exceptions import AuthenticationError
 
-from elastune.compat import gcs_probe, loopback_only_ray, ray_dial_host
+from elastune.cluster import address_problem, auth_problem
+from elastune.compat import loopback_only_ray
 from elastune.config import elastune_home
 from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
 from elastune.tracking.records import SweepRecord, TrialRecord
@@ -547,7 +548,7 @@ def connect_ray(options: SweepOptions) -> None:
                 "`ray start --head` or leave --address out for a local Ray"
             ) from None
         except AuthenticationError as exc:
-            raise InputError(_auth_problem(address, exc)) from None
+            raise InputError(str(auth_problem(address, exc))) from None
         return
     # The embedded default: a new local Ray on loopback only ("local": never attach to a cluster
     # someone else started on this machine with `ray start`).
@@ -568,62 +569,11 @@ def _ray_log_level(options: SweepOptions) -> int:
 
 
 def check_cluster(address: str) -> None:
-    """Say at once what `ray.init` would take 20 s to minutes of retries to say: nothing listens at
-    a HOST:PORT address; Ray would dial this machine's network address for a loopback one where a
-    loopback-only cluster does not listen; or the cluster wants Ray's token and this client has none
-    (or another). Other address forms (auto, ray://, a dashboard URL) are left to Ray."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or "/" in address:
-        return
-    host = host.strip("[]")
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-    except OSError as exc:
-        raise InputError(
-            f"--address={address!r}: nothing answers there ({exc.strerror or exc}); give the head's GCS address "
-            "(HOST:6379 by default, `ray status` on the head shows it), or leave --address out for a local Ray"
-        ) from None
-    saved_stderr = os.dup(2)  # Ray's C++ client logs the refusal on fd 2 too: the error says it once
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            try:
-                gcs_probe(address)  # a cluster with token auth refuses it at once
-            finally:
-                os.dup2(saved_stderr, 2)
-    except AuthenticationError as exc:
-        raise InputError(_auth_problem(address, exc)) from None
-    except Exception:  # anything else: ray.init says it in its own words
-        return
-    finally:
-        os.close(saved_stderr)
-    dialed = ray_dial_host(host)  # Ray swaps a loopback host for this machine's address
-    if dialed != host:
-        try:
-            socket.create_connection((dialed, int(port)), timeout=3).close()
-        except OSError:
-            raise InputError(
-                f"--address={address!r}: the cluster there listens on loopback only and Ray would dial it at "
-                f"{dialed}:{port}; `export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (as the cluster was started) so "
-                "Ray keeps 127.0.0.1"
-            ) from None
-
-
-def _auth_problem(address: str, exc: Exception) -> str:
-    mode = os.environ.get("RAY_AUTH_MODE", "disabled")
-    which = (
-        "this client has token authentication off (RAY_AUTH_MODE is not 'token')"
-        if mode != "token"
-        else "the token this client sent is not the cluster's"
-    )
-    return (
-        f"--address={address!r}: the Ray cluster there requires token authentication and {which}; "
-        "`export RAY_AUTH_MODE=token` and give the cluster's token: the head's ~/.ray/auth_token copied to "
-        "this machine's ~/.ray/auth_token, or RAY_AUTH_TOKEN_PATH=FILE, or RAY_AUTH_TOKEN "
-        f"(`ray get-auth-token` on the head prints it) [Ray: {str(exc).split('.')[0]}]"
-    )
+    """Refuse, at once and with the fix, an address no driver could use (elastune/cluster.py):
+    nothing listens there, Ray would dial it elsewhere, or the cluster wants another token."""
+    problem = address_problem(address)
+    if problem is not None:
+        raise InputError(str(problem))
 
 
 def _cluster_address(options: SweepOptions) -> str | None:
