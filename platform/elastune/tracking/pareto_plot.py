@@ -1,22 +1,27 @@
 """pareto.png: a sweep's trials as throughput against peak memory, drawn from its `SweepRecord`.
 
-Every outcome with a memory figure is a point, each kind with its own marker and colour in the legend:
+Every outcome with figures is a point, each kind with its own marker and colour in the legend:
 - completed (ok) trials at their measured peak and samples/s; hollow when their quality is outside
   the sweep's tolerance (they ran, but cannot be the best);
-- pruned trials (ASHA stopped them at a rung) at the figures of the steps they ran;
+- trials stopped early (pruned: they ended without their final report, e.g. ASHA stopped them at
+  a rung) at the last samples/s they reported (the windows they ran) and their measured peak, or,
+  where none was measured (a progress report carries no peak), the peak the estimator predicted: a
+  square, hollow when the peak is the predicted one;
 - trials that ran and measured a peak over the memory ceiling, at that peak and their samples/s;
 - trials that never produced a throughput sit at 0 samples/s, at the peak the estimator predicted:
   those it screened out (predicted over the ceiling, never launched) and those that ran out of memory.
-Failed, running and interrupted trials, and any trial without a memory figure, are counted in the
-title instead. The memory ceiling is a dashed line with the region beyond it shaded.
+A trial with no figure to place (running, interrupted, failed before reporting samples/s, stopped
+before its first timed window) is counted in the title with the reason (`_why_not_plotted`). The
+memory ceiling is a dashed line with the region beyond it shaded.
 
 The Pareto front (`pareto_front`) is a staircase of stars. Its points, the best trial
 (`SweepRecord.best`, which prefers a confirmed one: ringed) and the reference (a diamond) are
-numbered; the key under the plot names each numbered config by strategy · precision · micro×accum,
-then any other searched parameter on which the numbered configs differ.
+labelled with their trial number, as the console and the results table name them (`trial_label`:
+the proposal's number, `ref` for the reference); the key under the plot names each labelled config
+by strategy · precision · micro×accum, then any other searched parameter on which they differ.
 
 The axes' limits come from the data and the ceiling, widened by a fixed number of pixels on every
-side, so no marker or number is clipped; memory spanning more than `LOG_RATIO` is drawn on a log axis.
+side, so no marker or label is clipped; memory spanning more than `LOG_RATIO` is drawn on a log axis.
 The figure is 800 px wide, the width MLflow's artifact viewer shows without scaling it down.
 """
 
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
     from matplotlib.text import Annotation
     from matplotlib.transforms import Bbox
 
-__all__ = ["LOG_RATIO", "config_label", "outcome", "pareto_figure", "pareto_png"]
+__all__ = ["LOG_RATIO", "config_label", "outcome", "pareto_figure", "pareto_png", "trial_label"]
 
 LOG_RATIO = 30  # memory figures spanning more than this ratio get a log axis: a linear one squashes the small
 _WIDTH_IN, _DPI = 8.0, 100
@@ -57,7 +62,16 @@ _OUTCOMES: dict[str, tuple[str, str, dict[str, Any]]] = {
         "quality out of tolerance",
         {"marker": "o", "facecolors": "none", "edgecolors": "tab:blue", "linewidths": 1.5},
     ),
-    "pruned": ("pruned by ASHA (partial run)", "pruned", {"marker": "s", "color": "tab:gray", "alpha": 0.8}),
+    "pruned": (
+        "stopped early (last samples/s), measured peak",
+        "stopped early (pruned)",
+        {"marker": "s", "s": 40, "color": "tab:purple", "alpha": 0.85},
+    ),
+    "pruned_predicted": (
+        "stopped early (last samples/s), predicted peak",
+        "stopped early (pruned)",
+        {"marker": "s", "s": 40, "facecolors": "none", "edgecolors": "tab:purple", "linewidths": 1.5},
+    ),
     "over_ceiling": (
         "ran over the ceiling (measured)",
         "over the ceiling",
@@ -76,15 +90,20 @@ class _Point(NamedTuple):
     trial: TrialRecord
     x: float  # memory, in the plot's unit
     y: float  # samples/s
+    memory_bytes: int  # the peak drawn: measured, or predicted (`predicted`)
+    predicted: bool
 
 
 def outcome(trial: TrialRecord) -> str | None:
-    """The legend entry (a key of the outcomes above) a trial is drawn under; None: nothing to draw."""
+    """The legend entry (a key of the outcomes above) a trial is drawn under; None: nothing to draw
+    (`_why_not_plotted` says why)."""
     measured = trial.peak_memory_bytes is not None and trial.samples_per_s is not None
     if trial.status == "ok" and measured:
         return "completed" if trial.quality_ok is not False else "off_quality"
-    if trial.status == "pruned" and measured:
-        return "pruned"
+    if trial.status == "pruned" and trial.samples_per_s:  # 0: stopped while still warming up, nothing timed
+        if trial.peak_memory_bytes is not None:
+            return "pruned"
+        return "pruned_predicted" if trial.estimated_peak_bytes is not None else None
     if trial.status == "infeasible" and measured:
         return "over_ceiling"
     if trial.status == "infeasible" and trial.estimated_peak_bytes is not None:
@@ -92,6 +111,12 @@ def outcome(trial: TrialRecord) -> str | None:
     if trial.status == "oom" and trial.estimated_peak_bytes is not None:
         return "oom"
     return None
+
+
+def trial_label(trial: TrialRecord) -> str:
+    """A trial as the console and the results table name it: its proposal number, `ref` for the
+    reference (as tuning/results.py's `trial_label`, which tracking/ may not import)."""
+    return "ref" if trial.trial_id == "reference" else str(trial.number) if trial.number >= 0 else trial.trial_id
 
 
 def config_label(trial: TrialRecord, extra_keys: Iterable[str] = ()) -> str:
@@ -123,9 +148,9 @@ def pareto_figure(record: SweepRecord) -> Figure:
 
     points = {kind: _points(record, kind) for kind in _OUTCOMES}
     every = [p for kind_points in points.values() for p in kind_points]
-    numbered = _numbered(record, every)
-    extra = _differing(record, [p.trial for p in numbered])
-    key_lines = [_key_line(n, p, record, extra) for n, p in enumerate(numbered, start=1)]
+    labelled = _labelled(record, every)
+    extra = _differing(record, [p.trial for p in labelled])
+    key_lines = [_key_line(p, record, extra) for p in labelled]
     title = _title(record, points)
     left, width, height = _PLOT_IN
     top = 0.15 + 0.2 * title.count("\n")  # the title's lines, about 0.2 in each at its size
@@ -135,10 +160,10 @@ def pareto_figure(record: SweepRecord) -> Figure:
     ax = figure.add_axes(
         (left / _WIDTH_IN, 1 - (top + height) / figure_height, width / _WIDTH_IN, height / figure_height)
     )
-    _draw_points(ax, record, points, numbered)
+    _draw_points(ax, record, points, labelled)
     _set_limits(ax, record, every)
     renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg's, for text extents
-    _number_points(ax, renderer, numbered, every)
+    _label_points(ax, renderer, labelled, every)
     _decorate(ax, record, title, every)
     _add_key(figure, ax, renderer, key_lines)
     return figure
@@ -149,14 +174,14 @@ def _points(record: SweepRecord, kind: str) -> list[_Point]:
     out = []
     for trial in record.trials:
         if outcome(trial) == kind:
-            measured = kind in {"completed", "off_quality", "pruned", "over_ceiling"}
-            memory = trial.peak_memory_bytes if measured else trial.estimated_peak_bytes
-            out.append(_Point(trial, (memory or 0) / scale, trial.samples_per_s or 0.0))
+            predicted = kind in {"pruned_predicted", "screened", "oom"}
+            memory = (trial.estimated_peak_bytes if predicted else trial.peak_memory_bytes) or 0
+            out.append(_Point(trial, memory / scale, trial.samples_per_s or 0.0, memory, predicted))
     return out
 
 
-def _numbered(record: SweepRecord, every: list[_Point]) -> list[_Point]:
-    """The points that get a number: the Pareto front, the best and the reference, left to right."""
+def _labelled(record: SweepRecord, every: list[_Point]) -> list[_Point]:
+    """The points that get a label: the Pareto front, the best and the reference, left to right."""
     best = record.best()
     wanted = {t.trial_id for t in pareto_front(record.trials)} | {"reference"}
     wanted |= {best.trial_id} if best else set()
@@ -171,27 +196,29 @@ def _differing(record: SweepRecord, trials: list[TrialRecord]) -> list[str]:
     return [key for key in searched if len({_text(v.get(key)) for v in values}) > 1]
 
 
-def _key_line(number: int, point: _Point, record: SweepRecord, extra: list[str]) -> str:
+def _key_line(point: _Point, record: SweepRecord, extra: list[str]) -> str:
     trial, best = point.trial, record.best()
-    notes = [f"{point.y:,.0f} samples/s", human_bytes(trial.peak_memory_bytes or 0)]
+    peak = human_bytes(point.memory_bytes) + (" predicted" if point.predicted else "")
+    notes = [f"{point.y:,.0f} samples/s", peak]
     if trial.trial_id == "reference":
         notes.append("reference")
     if best is not None and trial.trial_id == best.trial_id:
         confirmed = trial.confirmed_speedup
-        notes.append(f"best, confirmed {confirmed[1]:.2f}× the reference" if confirmed else "best")
+        notes.append(f"best, confirmed {confirmed[1]:.2f}× ref" if confirmed else "best")
     if trial.quality_ok is False:
         notes.append("quality out of tolerance")
-    return f"{number}.  {config_label(trial, extra)}  ({', '.join(notes)})"
+    name = "ref" if trial.trial_id == "reference" else f"trial {trial_label(trial)}"
+    return f"{name}:  {config_label(trial, extra)}  ({', '.join(notes)})"
 
 
-def _draw_points(ax: Axes, record: SweepRecord, points: dict[str, list[_Point]], numbered: list[_Point]) -> None:
+def _draw_points(ax: Axes, record: SweepRecord, points: dict[str, list[_Point]], labelled: list[_Point]) -> None:
     front_ids = {t.trial_id for t in pareto_front(record.trials)}
     on_own = front_ids | {"reference"}  # drawn by their own markers below
     for kind, (label, _, style) in _OUTCOMES.items():
         drawn = [p for p in points[kind] if p.trial.trial_id not in on_own]
         if drawn:
             ax.scatter([p.x for p in drawn], [p.y for p in drawn], label=label, zorder=3, **style)
-    front = [p for p in numbered if p.trial.trial_id in front_ids]
+    front = [p for p in labelled if p.trial.trial_id in front_ids]
     if front:
         # A staircase: between two front points the best reachable throughput is the cheaper one's.
         ax.plot([p.x for p in front], [p.y for p in front], color="tab:orange", drawstyle="steps-post", zorder=2)
@@ -201,7 +228,7 @@ def _draw_points(ax: Axes, record: SweepRecord, points: dict[str, list[_Point]],
             ax.scatter(
                 xs, ys, marker="*", s=180, color="tab:orange", edgecolors="black", zorder=4, label="Pareto front"
             )
-    by_id = {p.trial.trial_id: p for p in numbered}
+    by_id = {p.trial.trial_id: p for p in labelled}
     if "reference" in by_id:
         reference = by_id["reference"]
         ax.scatter([reference.x], [reference.y], marker="D", s=60, color="black", zorder=4, label="reference")
@@ -259,21 +286,21 @@ _PLACES: tuple[_Place, ...] = (
 )
 
 
-def _number_points(ax: Axes, renderer: RendererBase, numbered: list[_Point], every: list[_Point]) -> None:
-    """Each numbered point's number beside it, where it stays inside the axes and covers the fewest
-    other numbers and markers (points at the same place share one: `1,2`)."""
+def _label_points(ax: Axes, renderer: RendererBase, labelled: list[_Point], every: list[_Point]) -> None:
+    """Each labelled point's trial number beside it, where it stays inside the axes and covers the
+    fewest other labels and markers (points at the same place share one: `3,ref`)."""
     from matplotlib import patheffects
 
-    at: dict[tuple[float, float], list[int]] = {}
-    for n, p in enumerate(numbered, start=1):
-        at.setdefault((p.x, p.y), []).append(n)
+    at: dict[tuple[float, float], list[str]] = {}
+    for p in labelled:
+        at.setdefault((p.x, p.y), []).append(trial_label(p.trial))
     inside = ax.get_window_extent(renderer).padded(-2)
     markers = [_box(ax, p.x, p.y, 6) for p in every]
     placed: list[Bbox] = []
     halo = [patheffects.withStroke(linewidth=3, foreground="white")]  # legible over lines and markers
-    for (x, y), numbers in at.items():
+    for (x, y), labels in at.items():
         text = ax.annotate(
-            ",".join(map(str, numbers)),
+            ",".join(labels),
             (x, y),
             xytext=_PLACES[0][:2],
             textcoords="offset points",
@@ -326,7 +353,7 @@ def _decorate(ax: Axes, record: SweepRecord, title: str, every: list[_Point]) ->
             ceiling, color="tab:red", linestyle="--", label=f"memory ceiling {human_bytes(record.memory_ceiling_bytes)}"
         )
         ax.axvspan(ceiling, ax.get_xlim()[1], color="tab:red", alpha=0.06, zorder=0)
-    ax.set_xlabel(f"peak memory ({unit}): measured, or predicted for trials that never ran", fontsize=_FONT + 1)
+    ax.set_xlabel(f"peak memory ({unit}): measured, or predicted where none was measured", fontsize=_FONT + 1)
     ax.set_ylabel("throughput (samples/s)", fontsize=_FONT + 1)
     ax.tick_params(labelsize=_FONT)
     # no label below 0: the band under 0 only keeps the markers at 0 whole
@@ -342,7 +369,7 @@ def _decorate(ax: Axes, record: SweepRecord, title: str, every: list[_Point]) ->
 
 
 def _add_key(figure: Figure, ax: Axes, renderer: RendererBase, key_lines: list[str]) -> None:
-    """The legend under the x axis' label, then one line per numbered config."""
+    """The legend under the x axis' label, then one line per labelled config."""
     from matplotlib.collections import PathCollection
 
     handles, labels = ax.get_legend_handles_labels()
@@ -379,25 +406,49 @@ def _add_key(figure: Figure, ax: Axes, renderer: RendererBase, key_lines: list[s
 
 
 def _title(record: SweepRecord, points: dict[str, list[_Point]]) -> str:
-    """The sweep, then its trials by outcome (`9 trials: 4 completed · 2 pruned ...`), wrapped to the
-    figure's width, and those not plotted."""
-    plotted = [f"{len(ps)} {_OUTCOMES[kind][1]}" for kind, ps in points.items() if ps]
+    """The sweep, then its trials by outcome (`9 trials: 6 completed · 3 stopped early (pruned)`),
+    wrapped to the figure's width, and those not plotted, each with the reason."""
+    plotted: dict[str, int] = {}  # by the title's name: the two kinds of stopped trial count as one
+    for kind, ps in points.items():
+        if ps:
+            plotted[_OUTCOMES[kind][1]] = plotted.get(_OUTCOMES[kind][1], 0) + len(ps)
     ids = {p.trial.trial_id for ps in points.values() for p in ps}
     missing: dict[str, int] = {}
     for trial in record.trials:
         if trial.trial_id not in ids:
-            missing[trial.status] = missing.get(trial.status, 0) + 1
-    parts = plotted or ["none plotted"]
+            why = f"{trial.status} ({_why_not_plotted(trial)})"
+            missing[why] = missing.get(why, 0) + 1
     trials = f"{len(record.trials)} trial" + ("" if len(record.trials) == 1 else "s")
-    lines = [f"sweep {record.sweep_id}: throughput against peak memory", f"{trials}: {parts[0]}"]
-    for part in parts[1:]:  # wrapped between counts, never inside one
+    lines = [f"sweep {record.sweep_id}: throughput against peak memory"]
+    _wrap(lines, f"{trials}: ", [f"{n} {name}" for name, n in plotted.items()] or ["none plotted"])
+    if missing:
+        _wrap(lines, "not plotted: ", [f"{n} {why}" for why, n in sorted(missing.items())])
+    return "\n".join(lines)
+
+
+def _wrap(lines: list[str], head: str, parts: list[str]) -> None:
+    """`head` and `parts` joined by ` · ` on a new line, wrapped between parts, never inside one."""
+    lines.append(head + parts[0])
+    for part in parts[1:]:
         if len(lines[-1]) + len(part) + 3 > _TITLE_CHARS:
             lines.append(part)
         else:
             lines[-1] += " · " + part
-    if missing:
-        lines.append("not plotted (no figures): " + ", ".join(f"{n} {status}" for status, n in sorted(missing.items())))
-    return "\n".join(lines)
+
+
+def _why_not_plotted(trial: TrialRecord) -> str:
+    """Why a trial has no point (`outcome` is None), in a few words for the title."""
+    if trial.status == "running":
+        return "no figures yet"
+    if trial.status == "interrupted":
+        return "stopped with the sweep, to run again"
+    if trial.status == "pruned" and trial.samples_per_s is not None and not trial.samples_per_s:
+        return "stopped before its first timed window"
+    if trial.samples_per_s is None and trial.status in {"failed", "pruned", "ok"}:
+        return "no samples/s recorded"
+    if trial.status in {"infeasible", "oom"} and trial.estimated_peak_bytes is None:
+        return "no predicted peak"
+    return "no peak memory figure"
 
 
 def _memory_unit(record: SweepRecord) -> tuple[float, str]:
