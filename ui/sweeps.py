@@ -1,7 +1,7 @@
 """Sweeps as the pages show them, read back from MLflow through elastune.tracking.mlflow.
 
-Everything a page needs is derived here once (Pareto front, best trial, MLflow links), so the
-browser only draws, and a script calling the API gets the same figures.
+Everything a page needs is derived here once (Pareto front, best trial, the peak each trial is drawn
+at, MLflow links), so the browser only draws, and a script calling the API gets the same figures.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from elastune.errors import InputError
 from elastune.tracking.artifacts import best_config_yaml, trials_csv
 from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
 
-__all__ = ["StoreUnavailable", "SweepReader", "UnknownSweep", "best_config_yaml", "trials_csv"]
+__all__ = ["StoreUnavailable", "SweepReader", "UnknownSweep", "best_config_yaml", "plotted_peak", "trials_csv"]
 
 
 FULL_SUMMARIES = 30  # sweeps listed with their trial counts
@@ -126,13 +126,27 @@ class SweepReader:
         }
 
     def _trial(self, trial: TrialRecord, front: set[str], best: TrialRecord | None) -> dict[str, Any]:
+        peak, source = plotted_peak(trial)
         return {
             **trial.to_dict(),
             "feasible": trial.feasible,
+            "plot_peak_bytes": peak,
+            "plot_peak_source": source,
             "pareto": trial.trial_id in front,
             "best": best is not None and trial.trial_id == best.trial_id,
             "mlflow_url": self.run_url(trial.mlflow_run_id),
         }
+
+
+def plotted_peak(trial: TrialRecord) -> tuple[int | None, str | None]:
+    """The peak memory the charts draw a trial at, and where it comes from: the measured peak, or,
+    for a trial that has none (ASHA stopped it before its peak was read), the estimator's prediction,
+    so a trial with a throughput is never left out of the plot. (None, None): no figure at all."""
+    if trial.peak_memory_bytes is not None:
+        return trial.peak_memory_bytes, "measured"
+    if trial.estimated_peak_bytes is not None:
+        return trial.estimated_peak_bytes, "predicted"
+    return None, None
 
 
 def _param_names(spec: Mapping[str, Any], trials: Iterable[TrialRecord]) -> list[str]:

@@ -109,6 +109,48 @@ def write_sweep(tracking_uri: str, sweep_id: str = "sw-ui-1") -> SweepRecord:
     return record
 
 
+def write_pruned_sweep(tracking_uri: str, sweep_id: str = "sw-ui-pruned") -> SweepRecord:
+    """Shaped like the README's quick sweep: the reference, a trial confirmed against it, one that
+    ASHA stopped early with a samples/s but no measured peak (the peak is read when a trial ends),
+    one that ran out of memory (a long note) and one screened out; four parameters."""
+    mib = 2**20
+    record = SweepRecord(
+        sweep_id=sweep_id,
+        spec={"name": "pruned_ui_test", "description": "a pruned trial without a measured peak"},
+        status="running",
+        memory_ceiling_bytes=256 * mib,
+        quality_tolerance=0.05,
+        started_at=time.time() - 60,
+    )
+    searched = ("batch.micro", "embedding.strategy", "optimizer.sparse", "precision")
+    configs = [
+        (512, "half", "rowwise_adagrad", "bf16"),
+        (1024, "int8", "sgd", "fp32"),
+        (2048, "full", "adagrad", "fp32"),
+    ]
+    reference = _trial(-1, "ok", 37_105.0, 199 * mib, 212 * mib)
+    reference.trial_id = "reference"
+    reference.samples_per_s_quartiles, reference.windows = [34_933.0, 37_105.0, 39_244.0], 6
+    reference.confirmed_speedup = [1.0, 1.0, 1.0]
+    confirmed = _trial(0, "ok", 55_507.0, 48 * mib, 44 * mib, **dict(zip(searched, configs[0], strict=True)))
+    confirmed.samples_per_s_quartiles, confirmed.windows = [51_848.0, 55_507.0, 63_034.0], 6
+    confirmed.confirmed_speedup = [1.38, 1.42, 1.45]
+    pruned = _trial(1, "pruned", 54_335.0, None, 47 * mib, **dict(zip(searched, configs[1], strict=True)))
+    oom = _trial(2, "oom", None, None, 250 * mib, **dict(zip(searched, configs[2], strict=True)))
+    oom.error = (
+        "CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 15.77 GiB total capacity; 13.2 GiB already allocated)"
+    )
+    screened = _trial(3, "infeasible", None, None, 900 * mib, **dict(zip(searched, configs[2], strict=True)))
+    tracker = SweepTracker(tracking_uri)
+    tracker.start_sweep(record)
+    for trial in (reference, confirmed, pruned, oom, screened):
+        record.trials.append(trial)
+        tracker.log_trial(record, trial)
+    record.status, record.ended_at = "finished", time.time()
+    tracker.finish_sweep(record)
+    return record
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, SweepRecord]:
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
@@ -201,6 +243,33 @@ def test_an_lm_sweep_shows_its_tokens_and_its_metric(tmp_path: Path, spec_dir: P
     write_sweep(uri, "sw-ui-dlrm")
     with TestClient(create_app(settings)) as lm_client:
         assert lm_client.get("/api/sweeps/sw-ui-dlrm").json()["units"] is None
+
+
+def test_a_trial_stopped_early_is_plotted_at_its_predicted_peak(tmp_path: Path, spec_dir: Path) -> None:
+    # The charts draw each trial at plot_peak_bytes: a pruned trial has a samples/s but no measured
+    # peak, and was left out of both charts; it is drawn at its predicted peak, and says so.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = write_pruned_sweep(uri)
+    settings = UISettings(tracking_uri=uri, spec_dir=spec_dir, allowed_hosts=("testserver",))
+    with TestClient(create_app(settings)) as c:
+        trials = {t["number"]: t for t in c.get(f"/api/sweeps/{record.sweep_id}").json()["trials"]}
+    pruned = trials[1]
+    assert (pruned["status"], pruned["samples_per_s"], pruned["peak_memory_bytes"]) == ("pruned", 54_335.0, None)
+    assert (pruned["plot_peak_bytes"], pruned["plot_peak_source"]) == (47 * 2**20, "predicted")
+    assert (trials[0]["plot_peak_bytes"], trials[0]["plot_peak_source"]) == (48 * 2**20, "measured")
+    assert trials[-1]["plot_peak_source"] == "measured"  # the reference ran like any trial
+    # a trial that never ran has its prediction too: the scatter's strip below the axis draws it there
+    assert (trials[2]["plot_peak_bytes"], trials[2]["plot_peak_source"]) == (250 * 2**20, "predicted")
+    assert trials[2]["samples_per_s"] is None
+
+
+def test_every_trial_that_measured_a_throughput_has_a_peak_to_plot_at(
+    client: TestClient, store: tuple[str, SweepRecord]
+) -> None:
+    trials = client.get(f"/api/sweeps/{store[1].sweep_id}").json()["trials"]
+    ran = [t for t in trials if t["samples_per_s"] is not None]
+    assert {t["status"] for t in ran} == {"ok", "pruned"}
+    assert all(t["plot_peak_bytes"] == t["peak_memory_bytes"] and t["plot_peak_source"] == "measured" for t in ran)
 
 
 def test_csv_export_has_one_row_per_trial(client: TestClient, store: tuple[str, SweepRecord]) -> None:

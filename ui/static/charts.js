@@ -46,6 +46,7 @@ const Charts = (() => {
     for (const { label, color, shape } of items) {
       const sw = document.createElement("span"); sw.className = "sw"; sw.style.background = color;
       if (shape === "line") { sw.style.height = "3px"; sw.style.verticalAlign = "3px"; }
+      if (shape === "hollow") { sw.style.background = "#fff"; sw.style.border = `2px solid ${color}`; sw.style.borderRadius = "50%"; }
       if (shape === "dash") { sw.style.background = `repeating-linear-gradient(90deg, ${color} 0 4px, transparent 4px 7px)`; sw.style.height = "3px"; sw.style.verticalAlign = "3px"; }
       if (shape === "cross") { sw.style.background = "none"; sw.textContent = "×"; sw.style.color = color; sw.style.fontWeight = "700"; sw.style.width = "auto"; sw.style.height = "auto"; }
       const item = document.createElement("span"); item.append(sw, label); box.append(item);
@@ -64,7 +65,7 @@ const Charts = (() => {
     for (const v of yTicks) svg.append(s("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end" }, (yFmt || fmt)(v)));
   }
 
-  // points: [{x, y, color, r, ring, id, tip:[..]}]; strip: [{x, color, id, tip}]; front: [{x,y}]; ceiling: x or null
+  // points: [{x, y, color, r, ring, hollow, id, tip:[..]}] (hollow: x is a predicted figure, not a measured one); strip: [{x, color, id, tip}]; front: [{x,y}]; ceiling: x or null
   function scatter(container, o) {
     container.replaceChildren();
     const W = width(container), H = 380, L = 70, R = 18, T = 16, B = o.strip && o.strip.length ? 92 : 56;
@@ -95,7 +96,9 @@ const Charts = (() => {
       node.style.cursor = o.onClick ? "pointer" : "default";
     };
     for (const p of o.points) {
-      const c = s("circle", { cx: x(p.x), cy: y(p.y), r: p.r || 5, fill: p.color, "fill-opacity": 0.85, stroke: p.ring ? "#17243a" : "#fff", "stroke-width": p.ring ? 2 : 1, "data-trial": p.id, "data-role": p.ring ? "pareto-point" : "point" });
+      const c = p.hollow
+        ? s("circle", { cx: x(p.x), cy: y(p.y), r: p.r || 5, fill: "#fff", stroke: p.color, "stroke-width": 2, "data-trial": p.id, "data-role": "point" })
+        : s("circle", { cx: x(p.x), cy: y(p.y), r: p.r || 5, fill: p.color, "fill-opacity": 0.85, stroke: p.ring ? "#17243a" : "#fff", "stroke-width": p.ring ? 2 : 1, "data-trial": p.id, "data-role": p.ring ? "pareto-point" : "point" });
       hook(c, p); svg.append(c);
     }
     if (o.strip && o.strip.length) {
@@ -134,7 +137,7 @@ const Charts = (() => {
     for (const r of o.rows) {
       const pts = o.dims.map((d, i) => { const v = r.values[d.key]; return v === null || v === undefined ? null : `${L + i * step},${scales[i].pos(v)}`; });
       if (pts.some((p) => p === null)) continue;
-      const line = s("polyline", { points: pts.join(" "), fill: "none", stroke: r.color, "stroke-width": 1.6, "stroke-opacity": 0.55, "data-trial": r.id });
+      const line = s("polyline", { points: pts.join(" "), fill: "none", stroke: r.color, "stroke-width": 1.6, "stroke-opacity": 0.55, "stroke-dasharray": r.dashed ? "6 4" : null, "data-trial": r.id });
       line.addEventListener("mousemove", (ev) => { line.setAttribute("stroke-width", 3.5); line.setAttribute("stroke-opacity", 1); tip.show(ev, r.tip); });
       line.addEventListener("mouseleave", () => { line.setAttribute("stroke-width", 1.6); line.setAttribute("stroke-opacity", 0.55); tip.hide(); });
       lines.append(line);

@@ -39,20 +39,24 @@
 
   function plot() {
     const box = document.getElementById("scatter");
-    const ran = data.trials.filter((t) => t.samples_per_s !== null && t.peak_memory_bytes !== null);
+    // Every trial with a throughput is a dot, at plot_peak_bytes: its measured peak, or (a trial
+    // ASHA stopped before its peak was read) its predicted one, drawn hollow.
+    const ran = data.trials.filter((t) => t.samples_per_s !== null && t.plot_peak_bytes !== null);
+    const predicted = ran.some((t) => t.plot_peak_source === "predicted");
     const notRun = data.trials.filter((t) => !ran.includes(t) && t.estimated_peak_bytes !== null && ["infeasible", "oom", "failed"].includes(t.status));
     if (!ran.length && !notRun.length) { box.replaceChildren(empty("Nothing to plot yet", "Points appear as trials finish.")); return; }
     Charts.scatter(box, {
       label: "samples per second against peak memory",
-      xTitle: "peak memory, measured (GiB)", yTitle: "throughput (samples/s)",
+      xTitle: predicted ? "peak memory (GiB): measured; hollow dots: predicted" : "peak memory, measured (GiB)", yTitle: "throughput (samples/s)",
       xFmt: (v) => String(+v.toFixed(2)),
       ceiling: gib(data.memory_ceiling_bytes), ceilingLabel: data.memory_ceiling_bytes ? `ceiling ${bytes(data.memory_ceiling_bytes)}` : null,
-      points: ran.map((t) => ({ id: t.trial_id, x: gib(t.peak_memory_bytes), y: t.samples_per_s, color: COLORS[t.status] || "#555", ring: t.pareto, r: t.best ? 8 : t.pareto ? 6 : 4.5, tip: trialTip(t) })),
+      points: ran.map((t) => ({ id: t.trial_id, x: gib(t.plot_peak_bytes), y: t.samples_per_s, color: COLORS[t.status] || "#555", ring: t.pareto, hollow: t.plot_peak_source === "predicted", r: t.best ? 8 : t.pareto ? 6 : 4.5, tip: trialTip(t) })),
       strip: notRun.map((t) => ({ id: t.trial_id, x: gib(t.estimated_peak_bytes), color: COLORS[t.status], tip: trialTip(t) })),
       front: ran.filter((t) => t.pareto).map((t) => ({ x: gib(t.peak_memory_bytes), y: t.samples_per_s })),
       onClick: (id) => selectTrial(id, true),
       legend: [
         { label: "finished", color: COLORS.ok }, { label: "stopped early", color: COLORS.pruned },
+        ...(predicted ? [{ label: "stopped before its peak was measured: at its predicted peak", color: COLORS.pruned, shape: "hollow" }] : []),
         { label: "Pareto front", color: "#2457a6", shape: "line" },
         { label: "ruled out: predicted over the ceiling", color: COLORS.infeasible, shape: "cross" },
         { label: "out of memory", color: COLORS.oom, shape: "cross" },
@@ -93,7 +97,8 @@
 
   function parcoords() {
     const box = document.getElementById("parcoords");
-    const rows = data.trials.filter((t) => t.samples_per_s !== null);
+    const rows = data.trials.filter((t) => t.samples_per_s !== null && t.plot_peak_bytes !== null);
+    const predicted = rows.some((t) => t.plot_peak_source === "predicted");
     if (!rows.length || !data.parameters.length) { box.replaceChildren(empty("No finished trials yet", "Lines appear as trials report throughput.")); return; }
     const isNum = (k) => rows.every((t) => t.params[k] === undefined || t.params[k] === null || typeof t.params[k] === "number");
     const dims = [
@@ -103,9 +108,10 @@
     ];
     Charts.parcoords(box, {
       dims,
-      rows: rows.map((t) => ({ id: t.trial_id, color: t.best ? "#d1731f" : COLORS[t.status] || "#555", tip: trialTip(t),
-        values: { ...Object.fromEntries(data.parameters.map((k) => [k, t.params[k] === undefined ? "(base)" : t.params[k]])), __peak: gib(t.peak_memory_bytes), __sps: t.samples_per_s } })),
-      legend: [{ label: "finished", color: COLORS.ok }, { label: "stopped early", color: COLORS.pruned }, { label: "best", color: "#d1731f" }],
+      rows: rows.map((t) => ({ id: t.trial_id, color: t.best ? "#d1731f" : COLORS[t.status] || "#555", tip: trialTip(t), dashed: t.plot_peak_source === "predicted",
+        values: { ...Object.fromEntries(data.parameters.map((k) => [k, t.params[k] === undefined ? "(base)" : t.params[k]])), __peak: gib(t.plot_peak_bytes), __sps: t.samples_per_s } })),
+      legend: [{ label: "finished", color: COLORS.ok }, { label: "stopped early", color: COLORS.pruned }, { label: "best", color: "#d1731f" },
+        ...(predicted ? [{ label: "dashed: peak memory predicted, not measured", color: "#5b6576", shape: "dash" }] : [])],
     });
   }
 

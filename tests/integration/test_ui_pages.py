@@ -1,0 +1,103 @@
+"""The UI's pages as a browser draws them, against a real UI server and MLflow store but no Ray:
+what the review of the screenshots found, checked where it shows (seconds, not the two minutes of
+served/test_ui_e2e.py, which launches a real sweep).
+
+- a trial stopped early without a measured peak is drawn in both charts, at its predicted peak;
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elastune.ui import UISettings, create_app
+
+from tests.unit.test_ui_api import write_lm_sweep, write_pruned_sweep
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+WINDOW = {"width": 1280, "height": 900}  # the narrowest window the pages are laid out for
+
+
+@pytest.fixture(scope="module")
+def base(
+    tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int], wait_until: Callable[..., None]
+) -> Iterator[str]:
+    import uvicorn
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    write_pruned_sweep(uri)
+    write_lm_sweep(uri)
+    specs = tmp_path_factory.mktemp("specs")
+    shutil.copy(ROOT / "search_spaces" / "dlrm_quick.yaml", specs / "dlrm_quick.yaml")
+    port = free_port()
+    # The job server's URL, where nothing listens: the memory page says what to pass instead.
+    settings = UISettings(port=port, tracking_uri=uri, spec_dir=specs, ray_address=f"http://127.0.0.1:{free_port()}")
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="ui-pages-server", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 30, "the UI server to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        reason = "Debian's chromium is not installed (apt-get install -y chromium); the browser tests need it"
+        if os.environ.get("ELASTUNE_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"ELASTUNE_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    page = browser.new_page(viewport=WINDOW)
+    page.set_default_timeout(20_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    page.close()
+    assert not errors, errors[:5]
+
+
+def _sweep(page: Any, base: str, sweep_id: str) -> None:
+    page.goto(f"{base}/sweeps/{sweep_id}")
+    page.wait_for_selector("#trial-table tbody tr[data-trial]")
+    page.wait_for_selector("#scatter svg")
+    page.wait_for_selector("#parcoords svg")
+
+
+# ---- the charts ---------------------------------------------------------------------------
+
+
+def test_a_trial_stopped_early_is_drawn_in_both_charts_at_its_predicted_peak(page: Any, base: str) -> None:
+    _sweep(page, base, "sw-ui-pruned")
+    dot = page.locator('#scatter circle[data-trial="t01"]')
+    assert dot.count() == 1
+    assert dot.get_attribute("fill") == "#fff"  # hollow: its x is the predicted peak
+    assert "predicted" in page.inner_text("#scatter")  # the axis title and the legend say so
+    line = page.locator('#parcoords polyline[data-trial="t01"]')
+    assert line.count() == 1 and line.get_attribute("stroke-dasharray")
+    # the ones that measured a peak are drawn solid, as before
+    assert page.locator('#scatter circle[data-trial="t00"]').get_attribute("fill") != "#fff"
+    assert page.locator('#parcoords polyline[data-trial="reference"]').count() == 1
