@@ -3,6 +3,7 @@ what the review of the screenshots found, checked where it shows (seconds, not t
 served/test_ui_e2e.py, which launches a real sweep).
 
 - a trial stopped early without a measured peak is drawn in both charts, at its predicted peak;
+- an axis whose values are all equal is not padded into negative memory or invented batch sizes;
 """
 
 from __future__ import annotations
@@ -101,3 +102,24 @@ def test_a_trial_stopped_early_is_drawn_in_both_charts_at_its_predicted_peak(pag
     # the ones that measured a peak are drawn solid, as before
     assert page.locator('#scatter circle[data-trial="t00"]').get_attribute("fill") != "#fff"
     assert page.locator('#parcoords polyline[data-trial="reference"]').count() == 1
+
+
+def test_an_axis_whose_values_are_all_equal_sits_them_in_the_middle_never_below_zero(page: Any, base: str) -> None:
+    _sweep(page, base, "sw-ui-lm")  # both trials: batch.micro 32, peak 250 MiB
+    texts = page.eval_on_selector_all("#parcoords text", "ts => ts.map((t) => t.textContent)")
+    assert not [t for t in texts if t.startswith(("-", "−"))], texts  # no negative memory
+    assert "31" not in texts and "33" not in texts, texts  # no batch size no trial had
+    labels = {
+        axis: page.eval_on_selector_all(
+            f'#parcoords g[data-axis="{axis}"] text.tick', "ts => ts.map((t) => t.textContent)"
+        )
+        for axis in ("batch.micro", "__peak", "__sps")
+    }
+    assert labels["batch.micro"] == ["32"], labels
+    assert labels["__peak"] == ["0.24"], labels
+    assert labels["__sps"] == ["300", "900"], labels
+    spans = page.evaluate(
+        """() => [Charts.span([32, 32]), Charts.span([0.24], 0), Charts.span([0, 0], 0), Charts.span([5, 5], 0),
+                  Charts.span([-2, -2]), Charts.span([3, 7], 0), Charts.span([], 0)]"""
+    )
+    assert spans == [[16, 48], [0.12, 0.36], [0, 1], [2.5, 7.5], [-3, -1], [3, 7], [0, 1]]

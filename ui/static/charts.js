@@ -19,6 +19,15 @@ const Charts = (() => {
     for (let v = Math.ceil(lo / step) * step; v <= top + step * 1e-9; v += step) out.push(+v.toFixed(10));
     return out;
   }
+  // The range an axis spans for `values`: their lowest and highest. Where they are all equal the
+  // range is widened around the value by half its size (by 1 around 0), so the value sits in the
+  // middle, and never below `floor` (0 for what cannot be negative: memory, samples/s).
+  function span(values, floor = -Infinity) {
+    let lo = Math.min(...values), hi = Math.max(...values);
+    if (!Number.isFinite(lo) || !Number.isFinite(hi)) return [Math.max(floor, 0), Math.max(floor, 0) + 1];
+    if (!(hi > lo)) { const pad = Math.abs(lo) / 2 || 1; lo = Math.max(floor, lo - pad); hi += pad; }
+    return [lo, hi];
+  }
   // Draw at the container's own width: the SVG is then not scaled and its text keeps its size.
   // A container not yet in the page has no width: fall back to the main column's.
   const width = (container) => {
@@ -115,7 +124,9 @@ const Charts = (() => {
     return svg;
   }
 
-  // dims: [{key, label, numeric, fmt}], rows: [{id, values:{key:v}, color, tip}]
+  // dims: [{key, label, numeric, fmt, floor}], rows: [{id, values:{key:v}, color, dashed, tip}]
+  // A numeric axis spans its values (`span`, never below the dim's floor) and is labelled at both
+  // ends; one whose values are all equal has its one value in the middle, labelled once.
   function parcoords(container, o) {
     container.replaceChildren();
     const W = Math.max(width(container), o.dims.length * 120), H = 320, L = 60, R = 60, T = 34, B = 24;
@@ -123,11 +134,13 @@ const Charts = (() => {
     const scales = o.dims.map((d) => {
       const vals = o.rows.map((r) => r.values[d.key]).filter((v) => v !== null && v !== undefined);
       if (d.numeric) {
-        let lo = Math.min(...vals), hi = Math.max(...vals);
-        if (!(hi > lo)) { lo -= 1; hi += 1; }
-        return { pos: (v) => H - B - ((v - lo) / (hi - lo)) * (H - B - T), labels: [[lo, H - B], [hi, T]], fmt: d.fmt || fmt };
+        const nums = vals.filter((v) => typeof v === "number" && Number.isFinite(v));
+        const [lo, hi] = span(nums, d.floor);
+        const pos = (v) => (typeof v === "number" && Number.isFinite(v) ? H - B - ((v - lo) / (hi - lo)) * (H - B - T) : null);
+        const one = nums.length && Math.min(...nums) === Math.max(...nums);
+        return { pos, labels: one ? [[nums[0], pos(nums[0])]] : nums.length ? [[lo, H - B], [hi, T]] : [], fmt: d.fmt || fmt };
       }
-      const cats = [...new Set(vals.map(String))].sort();
+      const cats = [...new Set(vals.map(String))].sort((a, b) => a.localeCompare(b, "en", { numeric: true }));
       const at = (i) => (cats.length === 1 ? (T + H - B) / 2 : H - B - (i / (cats.length - 1)) * (H - B - T));
       return { pos: (v) => at(cats.indexOf(String(v))), labels: cats.map((c, i) => [c, at(i)]), fmt: (v) => v };
     });
@@ -135,7 +148,7 @@ const Charts = (() => {
     const tip = tooltip(container);
     const lines = s("g");
     for (const r of o.rows) {
-      const pts = o.dims.map((d, i) => { const v = r.values[d.key]; return v === null || v === undefined ? null : `${L + i * step},${scales[i].pos(v)}`; });
+      const pts = o.dims.map((d, i) => { const v = r.values[d.key], py = v === null || v === undefined ? null : scales[i].pos(v); return py === null ? null : `${L + i * step},${py}`; });
       if (pts.some((p) => p === null)) continue;
       const line = s("polyline", { points: pts.join(" "), fill: "none", stroke: r.color, "stroke-width": 1.6, "stroke-opacity": 0.55, "stroke-dasharray": r.dashed ? "6 4" : null, "data-trial": r.id });
       line.addEventListener("mousemove", (ev) => { line.setAttribute("stroke-width", 3.5); line.setAttribute("stroke-opacity", 1); tip.show(ev, r.tip); });
@@ -144,10 +157,11 @@ const Charts = (() => {
     }
     svg.append(lines);
     o.dims.forEach((d, i) => {
-      const ax = L + i * step;
-      svg.append(s("line", { x1: ax, x2: ax, y1: T, y2: H - B, stroke: "#9aa3b2" }));
-      svg.append(s("text", { class: "axis-title", x: ax, y: T - 14, "text-anchor": "middle" }, d.label));
-      for (const [v, py] of scales[i].labels) svg.append(s("text", { x: ax + 5, y: py + 4, style: "paint-order:stroke;stroke:#fff;stroke-width:3px" }, String(scales[i].fmt(v))));
+      const ax = L + i * step, g = s("g", { "data-axis": d.key });
+      g.append(s("line", { x1: ax, x2: ax, y1: T, y2: H - B, stroke: "#9aa3b2" }));
+      g.append(s("text", { class: "axis-title", x: ax, y: T - 14, "text-anchor": "middle" }, d.label));
+      for (const [v, py] of scales[i].labels) g.append(s("text", { class: "tick", x: ax + 5, y: py + 4, style: "paint-order:stroke;stroke:#fff;stroke-width:3px" }, String(scales[i].fmt(v))));
+      svg.append(g);
     });
     container.append(svg);
     if (o.legend) container.append(legend(o.legend));
@@ -202,5 +216,5 @@ const Charts = (() => {
   }
 
   const PALETTE = ["#2457a6", "#d1731f", "#2f8f5b", "#8a3fa0", "#c0392b", "#1b8a9a", "#7d6b12", "#5d6d7e"];
-  return { scatter, parcoords, stackedBar, timeline, legend, PALETTE };
+  return { scatter, parcoords, stackedBar, timeline, legend, span, PALETTE };
 })();

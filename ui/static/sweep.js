@@ -100,11 +100,13 @@
     const rows = data.trials.filter((t) => t.samples_per_s !== null && t.plot_peak_bytes !== null);
     const predicted = rows.some((t) => t.plot_peak_source === "predicted");
     if (!rows.length || !data.parameters.length) { box.replaceChildren(empty("No finished trials yet", "Lines appear as trials report throughput.")); return; }
-    const isNum = (k) => rows.every((t) => t.params[k] === undefined || t.params[k] === null || typeof t.params[k] === "number");
+    // A numeric axis only where every line has a number: a trial without the parameter (the
+    // reference's "(base)") makes it an axis of values instead.
+    const isNum = (k) => rows.every((t) => typeof t.params[k] === "number");
     const dims = [
       ...data.parameters.map((k) => ({ key: k, label: k, numeric: isNum(k) })),
-      { key: "__peak", label: "peak memory (GiB)", numeric: true, fmt: (v) => v.toFixed(2) },
-      { key: "__sps", label: "samples/s", numeric: true, fmt: (v) => Math.round(v).toLocaleString("en-US") },
+      { key: "__peak", label: "peak memory (GiB)", numeric: true, floor: 0, fmt: (v) => v.toFixed(2) },
+      { key: "__sps", label: "samples/s", numeric: true, floor: 0, fmt: (v) => Math.round(v).toLocaleString("en-US") },
     ];
     Charts.parcoords(box, {
       dims,
