@@ -2,6 +2,7 @@
 what the review of the screenshots found, checked where it shows (seconds, not the two minutes of
 served/test_ui_e2e.py, which launches a real sweep).
 
+- the trial table fits a 1280-px window, every figure still in it;
 - a trial stopped early without a measured peak is drawn in both charts, at its predicted peak;
 - an axis whose values are all equal is not padded into negative memory or invented batch sizes;
 """
@@ -86,6 +87,39 @@ def _sweep(page: Any, base: str, sweep_id: str) -> None:
     page.wait_for_selector("#trial-table tbody tr[data-trial]")
     page.wait_for_selector("#scatter svg")
     page.wait_for_selector("#parcoords svg")
+
+
+# ---- the trial table ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sweep_id", ["sw-ui-pruned", "sw-ui-lm"])
+def test_the_trial_table_fits_a_1280_px_window_with_every_figure_in_it(page: Any, base: str, sweep_id: str) -> None:
+    _sweep(page, base, sweep_id)
+    fit = page.evaluate(
+        """() => { const wrap = document.querySelector("#table-card .table-wrap");
+        return { table: document.getElementById("trial-table").scrollWidth, wrap: wrap.clientWidth,
+                 page: document.documentElement.scrollWidth, window: window.innerWidth }; }"""
+    )
+    assert fit["table"] <= fit["wrap"] and fit["page"] <= fit["window"], fit
+    trials = {t["trial_id"]: t for t in page.evaluate(f"Elastune.api.get('/api/sweeps/{sweep_id}')")["trials"]}
+    for trial_id, trial in trials.items():
+        row = page.inner_text(f'#trial-table tr[data-trial="{trial_id}"]')
+        for key, value in trial["params"].items():
+            assert key in row and str(value) in row, (trial_id, key, row)
+        if trial["samples_per_s"]:
+            assert f"{round(trial['samples_per_s']):,}" in row, row
+        if trial["error"]:
+            assert trial["error"][:60] in row, row
+        if trial["confirmed_speedup"]:
+            assert f"{trial['confirmed_speedup'][1]:.2f}×" in row, row
+
+
+def test_sorting_by_the_parameters_orders_by_the_first_then_the_next(page: Any, base: str) -> None:
+    _sweep(page, base, "sw-ui-pruned")
+    page.click("#trial-table th[data-key=params]")
+    order = page.eval_on_selector_all("#trial-table tbody tr[data-trial]", "rows => rows.map((r) => r.dataset.trial)")
+    # batch.micro 512 (t00), 1024 (t01), 2048 twice (t02: adagrad... t03 the same config), the reference last
+    assert order[:2] == ["t00", "t01"] and order[-1] == "reference", order
 
 
 # ---- the charts ---------------------------------------------------------------------------

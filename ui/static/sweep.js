@@ -117,15 +117,36 @@
     });
   }
 
+  // A figure with its spread on a second, smaller line: the columns stay narrow.
+  const withSub = (main, sub, title) => [main, el("span", { class: "sub small muted", text: sub, title })];
+  // One cell holds every searched parameter, one per line: a column each ran off the page's right edge.
+  const paramsCell = (t) => {
+    const pairs = data.parameters.filter((k) => t.params[k] !== undefined)
+      .flatMap((k) => [el("span", { class: "k muted", text: k }), el("span", { class: "v", text: paramText(t.params[k]) })]);
+    return [pairs.length ? el("div", { class: "kvs" }, pairs) : el("span", { class: "muted", text: t.number < 0 ? "the spec's base config" : "–" })];
+  };
+  // Sorting by the parameters orders by the first, then the next...: numbers as numbers, missing last.
+  const byParams = (a, b) => {
+    for (const k of data.parameters) {
+      const va = a.params[k], vb = b.params[k];
+      if (va === vb) continue;
+      if (va === undefined || va === null) return 1;
+      if (vb === undefined || vb === null) return -1;
+      const d = typeof va === "number" && typeof vb === "number" ? va - vb : paramText(va).localeCompare(paramText(vb));
+      if (d) return d;
+    }
+    return 0;
+  };
+
   const COLUMNS = [
     { key: "number", label: "#", num: true, cell: (t) => (t.number < 0 ? "reference" : String(t.number)) },
     { key: "status", label: "Status", cell: (t) => [pill(t.status), t.best ? pill("best", "best") : null, t.pareto ? el("span", { class: "small muted", text: " Pareto" }) : null] },
     { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => (t.samples_per_s_quartiles && t.windows >= 3
-      ? [rate(t.samples_per_s), el("span", { class: "small muted", text: ` ${rate(t.samples_per_s_quartiles[0])}–${rate(t.samples_per_s_quartiles[2])}`, title: "middle half of the trial's timed windows" })]
+      ? withSub(rate(t.samples_per_s), `${rate(t.samples_per_s_quartiles[0])}–${rate(t.samples_per_s_quartiles[2])}`, "middle half of the trial's timed windows")
       : rate(t.samples_per_s)) },
     { key: "units_per_s", label: "Units/s", num: true, cell: (t) => rate(t.units_per_s) },
     { key: "confirmed_speedup", label: "Confirmed ×ref", num: true, get: (t) => (t.confirmed_speedup ? t.confirmed_speedup[1] : null),
-      cell: (t) => (t.confirmed_speedup ? `${t.confirmed_speedup[1].toFixed(2)}× (${t.confirmed_speedup[0].toFixed(2)}–${t.confirmed_speedup[2].toFixed(2)})` : "") },
+      cell: (t) => (t.confirmed_speedup ? withSub(`${t.confirmed_speedup[1].toFixed(2)}×`, `${t.confirmed_speedup[0].toFixed(2)}–${t.confirmed_speedup[2].toFixed(2)}`, "lowest and highest of the confirmation rounds") : "") },
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
     { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },
     { key: "quality", label: "Eval quality", num: true, cell: (t) => num(t.quality) },
@@ -141,11 +162,13 @@
       .filter((c) => c.key !== "val_auc" || data.trials.some((t) => t.val_auc !== null && t.val_auc !== undefined))
       .map((c) => (c.key === "quality" ? { ...c, label: `Eval ${data.quality_metric}` }
         : c.key === "units_per_s" ? { ...c, label: `${data.units[0].toUpperCase()}${data.units.slice(1)}/s` } : c));
-    const cols = [...named, ...data.parameters.map((k) => ({ key: `param:${k}`, label: k, get: (t) => t.params[k], cell: (t) => paramText(t.params[k]) })),
-      { key: "error", label: "Note", cell: (t) => (t.error ? t.error.split("\n")[0].slice(0, 120) : "") }];
+    const cols = [...named,
+      ...(data.parameters.length ? [{ key: "params", label: "Parameters", cls: "params", cmp: byParams, cell: paramsCell }] : []),
+      { key: "error", label: "Note", cls: "note", cell: (t) => (t.error ? el("span", { text: t.error.split("\n")[0].slice(0, 160), title: t.error }) : "") }];
     const value = (t, c) => (c.get ? c.get(t) : t[c.key]);
     const trials = [...data.trials].sort((a, b) => {
       const c = cols.find((x) => x.key === sort.key) || cols[0];
+      if (c.cmp) return c.cmp(a, b) * sort.dir || a.number - b.number;
       const va = value(a, c), vb = value(b, c);
       if (va === vb) return a.number - b.number;
       if (va === null || va === undefined) return 1;
@@ -155,11 +178,11 @@
     const tableEl = document.getElementById("trial-table");
     if (!trials.length) { tableEl.replaceChildren(el("tbody", {}, el("tr", {}, el("td", {}, empty("No trials yet", "Trials appear here as the sweep proposes them."))))); return; }
     const head = el("tr", {}, cols.map((c) => el("th", {
-      class: `sortable ${c.num ? "num" : ""} ${sort.key === c.key ? (sort.dir > 0 ? "sorted-asc" : "sorted-desc") : ""}`, "data-key": c.key, text: c.label,
+      class: `sortable ${c.num ? "num" : ""} ${c.cls || ""} ${sort.key === c.key ? (sort.dir > 0 ? "sorted-asc" : "sorted-desc") : ""}`, "data-key": c.key, text: c.label,
       onclick: () => { sort = { key: c.key, dir: sort.key === c.key ? -sort.dir : c.num ? -1 : 1 }; table(); },
     })));
     const rows = trials.map((t) => el("tr", { "data-trial": t.trial_id, class: t.trial_id === selected ? "selected" : "", onclick: () => selectTrial(t.trial_id, false) },
-      cols.map((c) => { const v = c.cell ? c.cell(t) : value(t, c); return el("td", { class: c.num ? "num" : "" }, ...(Array.isArray(v) ? v : [v === null || v === undefined ? "–" : String(v)])); })));
+      cols.map((c) => { const v = c.cell ? c.cell(t) : value(t, c); return el("td", { class: `${c.num ? "num" : ""} ${c.cls || ""}`.trim() || null }, ...(Array.isArray(v) ? v : [v === null || v === undefined ? "–" : v])); })));
     tableEl.replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
   }
 
