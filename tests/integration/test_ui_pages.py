@@ -5,6 +5,7 @@ served/test_ui_e2e.py, which launches a real sweep).
 - the trial table fits a 1280-px window, every figure still in it;
 - a trial stopped early without a measured peak is drawn in both charts, at its predicted peak;
 - an axis whose values are all equal is not padded into negative memory or invented batch sizes;
+- the job row takes the log's final status at once (the job list is stubbed: there is no Ray);
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -157,3 +159,59 @@ def test_an_axis_whose_values_are_all_equal_sits_them_in_the_middle_never_below_
                   Charts.span([-2, -2]), Charts.span([3, 7], 0), Charts.span([], 0)]"""
     )
     assert spans == [[16, 48], [0.12, 0.36], [0, 1], [2.5, 7.5], [-3, -1], [3, 7], [0, 1]]
+
+
+# ---- the jobs page ------------------------------------------------------------------------
+
+
+def test_the_job_row_takes_the_logs_final_status_at_once(page: Any, base: str) -> None:
+    # No Ray here: the job list and the log are stubbed. The list is polled every 3 s, the log every
+    # 1.5 s; the log says the job ended on its second read, 1.5 s before the list is read again.
+    job_id, started = "elastune-sweep-pages-1", time.time() - 68
+    served = {"logs": 0, "jobs_after_end": 0}
+
+    def job(ended: bool) -> dict[str, Any]:
+        return {
+            "job_id": job_id, "kind": "sweep", "spec": "dlrm_quick", "from_sweep": None,
+            "status": "SUCCEEDED" if ended else "RUNNING", "message": "", "entrypoint": "python -m elastune.jobs.sweep",
+            "start_time": started, "end_time": started + 70 if ended else None, "done": ended,
+        }  # fmt: skip
+
+    def jobs(route: Any) -> None:
+        ended = served["logs"] >= 2
+        served["jobs_after_end"] += ended
+        route.fulfill(json=[job(ended)])
+
+    def logs(route: Any) -> None:
+        served["logs"] += 1
+        ended = served["logs"] >= 2
+        text = "sweep dlrm_quick finished\n" if ended else "trial 0 running\n"
+        status = "SUCCEEDED" if ended else "RUNNING"
+        chunk = {
+            "job_id": job_id,
+            "text": text,
+            "offset": 100 * served["logs"],
+            "skipped_chars": 0,
+            "status": status,
+            "done": ended,
+        }
+        route.fulfill(json=chunk)
+
+    page.route(lambda url: url.endswith("/api/jobs"), jobs)
+    page.route(lambda url: "/logs?" in url, logs)
+    page.goto(f"{base}/jobs#job={job_id}")
+    page.wait_for_selector(f'#jobs-table tr[data-job="{job_id}"]')
+    # the row's status seen in the same frame as the log's first says "succeeded"
+    seen = page.wait_for_function(
+        f"""() => {{ if (document.getElementById("log-status").textContent !== "succeeded") return null;
+        const pill = document.querySelector('#jobs-table tr[data-job="{job_id}"] .pill');
+        return pill ? pill.textContent : "(no row)"; }}""",
+        timeout=10_000,
+    ).json_value()
+    assert seen == "succeeded"
+    # ...and the list is read again at once, for the end time: the row stops counting
+    page.wait_for_function(
+        f"""() => document.querySelector('#jobs-table tr[data-job="{job_id}"] td.num').textContent === "1 min 10 s" """,
+        timeout=1_200,
+    )
+    assert served["jobs_after_end"] >= 1

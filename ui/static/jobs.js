@@ -7,6 +7,7 @@
     train: "Train one configuration: a sweep's best, or the defaults, with any values you change below.",
   };
   let kinds = null, specs = [], sweeps = [], kind = "sweep", selectedJob = null, sweepsByJob = {};
+  const ENDED = new Set(["SUCCEEDED", "FAILED", "STOPPED"]), ended = {};  // job id -> how its log said it ended
 
   // ---- schema helpers -------------------------------------------------------------------------
   const resolve = (schema, node) => (node && node.$ref ? schema.$defs[node.$ref.split("/").pop()] : node);
@@ -192,11 +193,13 @@
     const box = document.getElementById("job-list");
     document.getElementById("jobs-updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
     if (!jobs.length) { box.replaceChildren(empty("No jobs yet", "Launch a sweep or a training run with the form; it will show up here.")); return; }
-    const rows = jobs.map((j) => {
+    const rows = jobs.map((j0) => {
+      // A job whose log already said it ended is not shown running again by a list read just before.
+      const j = ENDED.has(ended[j0.job_id]) && !ENDED.has(j0.status) ? { ...j0, status: ended[j0.job_id] } : j0;
       const sweep = sweepsByJob[j.job_id];
       const what = j.kind === "sweep" ? (j.spec || "") : j.kind === "train" ? (j.from_sweep ? `best of ${j.from_sweep}` : "defaults") : j.entrypoint.slice(0, 60);
       const kindWord = { sweep: "sweep", train: "training", other: "other" }[j.kind] || j.kind;
-      return el("tr", { class: `clickable ${j.job_id === selectedJob ? "selected" : ""}`, "data-job": j.job_id, onclick: () => { location.hash = `job=${j.job_id}`; select(j.job_id); } },
+      return el("tr", { class: `clickable ${j.job_id === selectedJob ? "selected" : ""}`, "data-job": j.job_id, "data-status": j.status, onclick: () => { location.hash = `job=${j.job_id}`; select(j.job_id); } },
         el("td", {}, el("div", { text: `${kindWord}${what ? " · " + what : ""}`, title: j.entrypoint }), el("div", { class: "small muted mono", text: j.job_id })),
         el("td", {}, pill(j.status)),
         el("td", { text: when(j.start_time) }),
@@ -209,6 +212,22 @@
   }
 
   // ---- live log ----------------------------------------------------------------------------------
+  // The log's chunk carries the job's status; the job list is polled less often. When they differ
+  // (the job has just ended, or started), the job's row takes the log's status at once and the list
+  // is read again for the rest (its end time): the row never says "running" under a finished log.
+  let relisting = false;
+  function catchUp(jobId, status) {
+    if (ENDED.has(status)) ended[jobId] = status;
+    const row = document.querySelector(`#jobs-table tr[data-job="${CSS.escape(jobId)}"]`);
+    if (!row || row.dataset.status === status) return;
+    row.dataset.status = status;
+    const shown = row.querySelector(".pill");
+    if (shown) shown.replaceWith(pill(status));
+    if (relisting) return;
+    relisting = true;
+    refreshJobs().catch((e) => banner(e.message)).finally(() => { relisting = false; });
+  }
+
   let stopLog = null;
   function select(jobId) {
     if (stopLog) stopLog();
@@ -229,6 +248,7 @@
         offset = chunk.offset;
         const status = document.getElementById("log-status");
         status.className = `pill ${chunk.status}`; status.textContent = Elastune.STATUS_WORDS[chunk.status] || chunk.status;
+        catchUp(jobId, chunk.status);
         document.getElementById("log-stop").hidden = chunk.done;
         if (!text.textContent) text.textContent = chunk.done ? "(this job wrote no log)" : "(waiting for the first log lines…)\n";
         else if (text.textContent.startsWith("(waiting")) text.textContent = chunk.text;
