@@ -6,6 +6,7 @@ served/test_ui_e2e.py, which launches a real sweep).
 - a trial stopped early without a measured peak is drawn in both charts, at its predicted peak;
 - an axis whose values are all equal is not padded into negative memory or invented batch sizes;
 - the job row takes the log's final status at once (the job list is stubbed: there is no Ray);
+- a hint never breaks a command-line option across lines.
 """
 
 from __future__ import annotations
@@ -215,3 +216,22 @@ def test_the_job_row_takes_the_logs_final_status_at_once(page: Any, base: str) -
         timeout=1_200,
     )
     assert served["jobs_after_end"] >= 1
+
+
+# ---- the memory page ----------------------------------------------------------------------
+
+
+def test_a_hint_keeps_each_option_name_on_one_line(page: Any, base: str) -> None:
+    page.set_viewport_size({"width": 700, "height": 900})  # narrow: the hint wraps several times
+    page.goto(f"{base}/memory")
+    page.wait_for_selector("#memory .empty")
+    codes = page.eval_on_selector_all(
+        "#memory .empty code",
+        "cs => cs.map((c) => [c.textContent, getComputedStyle(c).whiteSpace, c.getClientRects().length])",
+    )
+    names = [text for text, _, _ in codes]
+    assert "--cluster-address" in names and "ray://HOST:10001" in names, codes
+    assert all(space == "nowrap" and lines == 1 for _, space, lines in codes), codes
+    # the text around them is the server's, unchanged
+    hint = page.inner_text("#memory .empty")
+    assert "start the UI with --cluster-address ray://HOST:10001 (the head's Ray Client port)" in hint, hint

@@ -116,13 +116,19 @@ const Elastune = (() => {
     ok: "ok", infeasible: "infeasible", oom: "out of memory", pruned: "stopped early", failed: "failed",
     running: "running", finished: "finished", interrupted: "interrupted", stale: "stale (driver gone)",
   };
+  // Plain text with each command-line option (`--cluster-address`, `--ray-address='…'`) and each
+  // address (`ray://HOST:10001`) in a <code> that does not wrap: a hint never breaks "--" from its name.
+  const CODE_RE = /((?<![\w-])--[A-Za-z][\w-]*(?:=(?:'[^']*'|"[^"]*"|[^\s,;)]+))?|\b[a-z][a-z0-9+.-]*:\/\/[^\s'",;()]*[^\s'",;().])/;
+  function withCode(text) {
+    return String(text).split(CODE_RE).map((part, i) => (i % 2 ? el("code", { class: "opt", text: part }) : part)).filter((p) => p !== "");
+  }
   const pill = (status, extra) => el("span", { class: `pill ${status} ${extra || ""}`, text: STATUS_WORDS[status] || status });
-  function empty(title, text) { return el("div", { class: "empty" }, el("strong", { text: title }), text ? el("div", { text }) : null); }
+  function empty(title, text) { return el("div", { class: "empty" }, el("strong", { text: title }), text ? el("div", {}, withCode(text)) : null); }
 
   function banner(message, kind) {
     const node = document.getElementById("banner");
     if (!message) { node.hidden = true; return; }
-    node.textContent = message;
+    node.replaceChildren(...withCode(message));
     node.className = `banner ${kind || ""}`;
     node.hidden = false;
   }
@@ -138,5 +144,5 @@ const Elastune = (() => {
     return () => clearTimeout(timer);
   }
 
-  return { api, ApiError, download, el, bytes, gib, rate, num, when, duration, pill, empty, banner, poll, STATUS_WORDS };
+  return { api, ApiError, download, el, bytes, gib, rate, num, when, duration, pill, empty, banner, poll, withCode, STATUS_WORDS };
 })();
