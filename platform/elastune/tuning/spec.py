@@ -11,7 +11,7 @@ parameters:
   batch.micro: {type: choice, values: [256, 512, 1024]}
   embedding.compression: {type: float, low: 2, high: 16, log: true, when: {embedding.strategy: [hashed]}}
 objective: {metric: samples_per_s, mode: max}
-constraints: {memory_ceiling: 1GiB, quality_tolerance: 0.02, effective_batch: 1024}
+constraints: {memory_ceiling: 1GiB, quality_tolerance: 0.02, effective_batch: 1024}   # or {tokens: N}
 budget: {max_trials: 12, max_concurrent: 2, trial_samples: 65536}
 search: {algorithm: tpe, seed: 0, scheduler: asha}
 resources: {cpus_per_trial: 1, gpus_per_trial: 0, workers_per_trial: 1}
@@ -24,13 +24,15 @@ listed values; otherwise the base config's value stands.
 from __future__ import annotations
 
 import difflib
+import functools
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from elastune.config import (
     PER_TABLE_FIELDS,
@@ -46,6 +48,7 @@ from elastune.errors import MISSING, ConfigError, Problem
 from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points
 from elastune.units import MAX_BYTES, parse_bytes
 from elastune.validate import component_problems, config_problems
+from elastune.workloads import build_workload
 
 __all__ = [
     "Budget",
@@ -57,12 +60,17 @@ __all__ = [
     "Resources",
     "Search",
     "SweepSpec",
+    "TokenBudget",
     "check_spec",
     "load_sweep_spec",
 ]
 
 
 _BIG = 10**12  # a bound for a searched int or float: finite, far beyond any real range
+MAX_EFFECTIVE_BATCH = 1 << 30  # samples (sequences) per optimizer step
+MAX_BATCH_TOKENS = 1 << 40  # a token budget's padded tokens per optimizer step
+_SEQUENCES = TypeAdapter(Annotated[int, Field(ge=1, le=MAX_EFFECTIVE_BATCH)])
+_WHOLE = re.compile(r"\s*[+-]?[0-9]{1,30}\s*", re.ASCII)
 
 
 class _Section(BaseModel):
@@ -75,6 +83,33 @@ class Objective(_Section):
         "samples_per_s", description="What the sweep maximizes (ASHA and the sampler use it)."
     )
     mode: Literal["max"] = "max"
+
+
+def _whole_number(value: Any, what: str) -> Any:
+    """`value` for pydantic's int (which takes 64.0 and "64"), but not a bool or a word: YAML reads
+    `yes` and `true` as booleans, and pydantic would take them as 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"must be a whole number of {what}")
+    if isinstance(value, str) and not _WHOLE.fullmatch(value):
+        raise ValueError(f"must be a whole number of {what}, in digits without separators or units")
+    return value
+
+
+class TokenBudget(_Section):
+    """`constraints.effective_batch: {tokens: N}`: an optimizer step of N padded tokens, rows x
+    context, as nanoGPT counts `tokens_per_iter` (accumulation x batch x block size). A sequence
+    workload (an LM) takes N / context sequences per step, each one row of at most the context:
+    static padding makes exactly N tokens, dynamic padding and packing fewer, so N bounds the step
+    with every padding mode. A workload without a context length has no token budget."""
+
+    tokens: int = Field(
+        ge=1, le=MAX_BATCH_TOKENS, description="Padded tokens per optimizer step: a multiple of the context."
+    )
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _whole(cls, value: Any) -> Any:
+        return _whole_number(value, "tokens (e.g. 65536)")
 
 
 class Constraints(_Section):
@@ -90,17 +125,27 @@ class Constraints(_Section):
     reference: dict[str, Any] = Field(
         default_factory=dict, description="Dotted overrides of `base` that make the reference config."
     )
-    effective_batch: int | None = Field(
+    effective_batch: int | TokenBudget | None = Field(
         None,
-        ge=1,
-        le=1 << 30,
-        description="Fix micro x accum to this; only splits of it are searched (accum is derived).",
+        description="Fix micro x accum to this many samples (an LM's sequences), or to {tokens: N}: N padded "
+        "tokens per step (rows x context), N / context sequences; only splits of it are searched (accum is derived).",
     )
 
     @field_validator("memory_ceiling", mode="before")
     @classmethod
     def _size(cls, value: Any) -> Any:
         return None if value is None else parse_bytes(value)
+
+    @field_validator("effective_batch", mode="before")
+    @classmethod
+    def _batch(cls, value: Any) -> Any:
+        # Either form validated alone, so a mistake in one is not reported as a mismatch of the other
+        # too: a mapping's errors land at effective_batch.tokens (or its stray key), a number's here.
+        if value is None or isinstance(value, TokenBudget):
+            return value
+        if isinstance(value, Mapping):
+            return TokenBudget.model_validate(value)
+        return _SEQUENCES.validate_python(_whole_number(value, "samples (e.g. 64; an LM's sequences) or {tokens: N}"))
 
 
 class Budget(_Section):
@@ -223,11 +268,29 @@ class SweepSpec(_Section):
             raw["threads"] = self.trial_threads()
         cfg = RunConfig.model_validate(raw)
         workers = self.resources.workers_per_trial
-        effective = self.constraints.effective_batch
+        effective = self.effective_sequences()
         if effective is not None:
             raw = apply_overrides(raw, {"batch": {"accum": effective // (cfg.batch.micro * workers)}})
         steps = self._steps_for(cfg, effective or cfg.batch.effective * workers)
         return RunConfig.model_validate(apply_overrides(raw, steps))
+
+    def effective_sequences(self) -> int | None:
+        """`constraints.effective_batch` in samples (an LM's sequences): as given, or a token budget
+        divided by the base workload's context (None: not fixed). Raises ConfigError where the
+        budget does not convert, which validation has said already."""
+        budget = self.constraints.effective_batch
+        if not isinstance(budget, TokenBudget):
+            return budget
+        problems = _token_problems(self, budget)
+        if problems:
+            raise ConfigError(problems)
+        return budget.tokens // (self.sequence_context() or 1)
+
+    def sequence_context(self) -> int | None:
+        """Tokens per row of the base config's workload (its optional `context`: an LM's context
+        length), the unit a token budget is counted in; None for a workload without one (DLRM).
+        `workload_options` is not searchable, so every trial has the base's context."""
+        return _context_of(json.dumps(self.base, sort_keys=True, default=str))
 
     def trial_threads(self) -> int:
         """torch's intra-op threads in a trial: its CPUs (at least one). Ray sets $OMP_NUM_THREADS to
@@ -462,9 +525,48 @@ def _combination_problems(spec: SweepSpec, limit: int = 3) -> list[Problem]:
     return out
 
 
+@functools.lru_cache(maxsize=16)
+def _context_of(base: str) -> int | None:
+    """The context of the workload a base config (as JSON: a cache key) builds; asked once per base,
+    since every proposal's config is checked against the budget."""
+    context = getattr(build_workload(RunConfig.model_validate(json.loads(base))), "context", None)
+    return context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None
+
+
+def _token_problems(spec: SweepSpec, budget: TokenBudget) -> list[Problem]:
+    """A token budget needs a workload with a context, and must be a whole number of its rows."""
+    where, tokens = "constraints.effective_batch.tokens", budget.tokens
+    context = spec.sequence_context()
+    if context is None:
+        return [
+            Problem(
+                where,
+                tokens,
+                f"a token budget needs a sequence workload (one with a context length, e.g. workload: lm); "
+                f"workload {spec.base_config().workload!r} counts its batch in samples: give "
+                "constraints.effective_batch as a number of samples instead",
+            )
+        ]
+    rows, spare = divmod(tokens, context)
+    if spare:
+        fits = [n for n in (rows, rows + 1) if 1 <= n <= MAX_EFFECTIVE_BATCH]
+        use = " or ".join(f"{n * context} ({n} sequence{'s' if n > 1 else ''})" for n in fits)
+        return [Problem(where, tokens, f"not a multiple of the context ({context} tokens); use {use}")]
+    if rows > MAX_EFFECTIVE_BATCH:
+        return [
+            Problem(
+                where,
+                tokens,
+                f"is {rows:,} sequences of the {context}-token context, more than the {MAX_EFFECTIVE_BATCH} "
+                f"a step may take; use at most {MAX_EFFECTIVE_BATCH * context}",
+            )
+        ]
+    return []
+
+
 def _batch_problems(spec: SweepSpec) -> list[Problem]:
-    effective = spec.constraints.effective_batch
-    if effective is None:
+    budget = spec.constraints.effective_batch
+    if budget is None:
         return []
     out = []
     if "batch.accum" in spec.parameters:
@@ -475,16 +577,28 @@ def _batch_problems(spec: SweepSpec) -> list[Problem]:
                 "with constraints.effective_batch set, accumulation is derived (effective / micro); drop it",
             )
         )
+    if isinstance(budget, TokenBudget):
+        problems = _token_problems(spec, budget)
+        if problems:
+            return [*out, *problems]
+        effective = spec.effective_sequences() or 0
+        context = spec.sequence_context() or 1
+        where, given, unit = "constraints.effective_batch.tokens", budget.tokens, context
+        named = f"constraints.effective_batch.tokens={budget.tokens} ({effective} sequences of {context} tokens)"
+    else:
+        effective = budget
+        where, given, unit = "constraints.effective_batch", budget, 1
+        named = f"constraints.effective_batch={effective}"
     workers = spec.resources.workers_per_trial
     share, spread = divmod(effective, workers)  # each data-parallel worker's part of a step
     if spread:
         return [
             *out,
             Problem(
-                "constraints.effective_batch",
-                effective,
+                where,
+                given,
                 f"must split evenly over resources.workers_per_trial={workers} workers; "
-                f"use a multiple of {workers}, e.g. {effective - spread + workers}",
+                f"use a multiple of {workers * unit}, e.g. {(effective - spread + workers) * unit}",
             ),
         ]
     micro = spec.parameters.get("batch.micro")
@@ -492,10 +606,9 @@ def _batch_problems(spec: SweepSpec) -> list[Problem]:
     bad = [m for m in candidates if not isinstance(m, int) or m <= 0 or share % m]
     if bad:
         what = (
-            f"constraints.effective_batch={effective}"
+            named
             if workers == 1
-            else f"each worker's share of constraints.effective_batch={effective} "
-            f"({share} = {effective} / workers_per_trial {workers})"
+            else f"each worker's share of {named} ({share} = {effective} / workers_per_trial {workers})"
         )
         out.append(
             Problem(

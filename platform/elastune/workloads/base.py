@@ -34,7 +34,7 @@ __all__ = ["DLRMWorkload", "Workload"]
 class Workload(Protocol):
     """A model family elastune can estimate, train and tune (docs/workloads.md).
 
-    Five members are optional, so they are not part of the protocol's runtime check:
+    Six members are optional, so they are not part of the protocol's runtime check:
 
     * `quality: QualityMetric`: the eval metric the sweep's quality tolerance applies to and its
       direction, e.g. `QualityMetric("perplexity", "min")`. Default: `logloss`, lower is better.
@@ -48,6 +48,9 @@ class Workload(Protocol):
       (an LM sorts them by length so that each micro-batch pads less). Default: as read.
     * `units: str` with `count_units(batch) -> int`: a throughput of the workload's own beside
       samples/s, over the same timed window (an LM's real tokens). Default: none.
+    * `context: int`: tokens per row of a sequence workload (an LM's context length). A sweep's
+      token budget, `constraints.effective_batch: {tokens: N}`, is N / context samples per step.
+      Default: none (a token budget is refused).
     """
 
     table_sizes: tuple[int, ...]  # rows of each sparse feature's table

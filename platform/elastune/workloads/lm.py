@@ -234,6 +234,7 @@ class LMWorkload:
 
     def __init__(self, cfg: RunConfig, options: LMOptions) -> None:
         self.cfg, self.options = cfg, options
+        self.context = options.context  # tokens per row: a sweep's token budget counts in it
         width = cfg.model.embedding_dim
         if width % options.heads:
             raise ValueError(
