@@ -21,6 +21,7 @@ def result(peak: int = 800, logloss: float = 0.505) -> SimpleNamespace:
         steps=8,
         samples_per_s=1234.5,
         window_samples_per_s=[0.8, 1.0, 1.1, 1.3, 0.9],
+        warmup_windows=0,
         units_per_s=None,
         units=None,
         peak_memory_bytes=peak,
@@ -41,7 +42,7 @@ def ranked_result(recall: float) -> SimpleNamespace:
         samples=4096, steps=8, samples_per_s=1.0, units_per_s=40.0, units="tokens", peak_memory_bytes=800,
         peak_memory_kind="cpu_rss_hwm",
         metrics={"recall": recall}, quality_metric="recall", quality_direction="max", quality=recall,
-        val_logloss=None, val_auc=None, oom_retries=0, window_samples_per_s=[],
+        val_logloss=None, val_auc=None, oom_retries=0, window_samples_per_s=[], warmup_windows=0,
     )  # fmt: skip
 
 
@@ -168,3 +169,13 @@ def test_the_figures_copied_between_report_and_record_exist_on_both() -> None:
     from elastune.tuning.report import _AS_RECORDED
 
     assert set(_AS_RECORDED) <= set(TrialReport.model_fields) & {f.name for f in fields(TrialRecord)}
+
+
+def test_warm_up_windows_are_left_out_of_the_reported_spread() -> None:
+    """The loop marks its leading slow windows as warm-up (`warmup_windows`); the report's
+    quartiles and window count cover the rest only."""
+    warm = result()
+    warm.warmup_windows = 1  # the 0.8 window
+    sent = final_report(warm, LIMITS)
+    assert sent.windows == 4
+    assert sent.samples_per_s_quartiles == pytest.approx([0.975, 1.05, 1.15])  # of [1.0, 1.1, 1.3, 0.9]
