@@ -181,6 +181,15 @@ def test_fuzzing_the_openapi_schema_finds_no_server_error(served: Served) -> Non
 # ---- the browser test ---------------------------------------------------------------------
 
 
+def _table_fits(page: Any) -> None:
+    """The trial table needs no sideways scrolling (test_ui_pages.py checks it at 1280 px, figure by figure)."""
+    widths = page.evaluate(
+        """() => [document.getElementById("trial-table").scrollWidth,
+                  document.querySelector("#table-card .table-wrap").clientWidth]"""
+    )
+    assert widths[0] <= widths[1], widths
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
@@ -251,6 +260,9 @@ def test_launch_a_sweep_from_the_browser_and_read_its_results(
     )
     status = page.inner_text("#log-status")
     assert status == "succeeded", page.inner_text("#log-text")[-3000:]
+    # the job's row says so too, at once: not "running" above a finished log until the next poll
+    row_status = page.locator(f'#jobs-table tr[data-job="{job_id}"] .pill')
+    wait_until(lambda: row_status.inner_text() == status, 1.0, "the job row to take the log's status", 0.1)
     page.screenshot(path=str(shots / "jobs-finished.png"), full_page=True)
 
     # 4. The sweep list, then the sweep: trial table and Pareto plot.
@@ -265,6 +277,13 @@ def test_launch_a_sweep_from_the_browser_and_read_its_results(
     assert page.locator("#parcoords svg polyline").count() >= 1
     page.locator("#trial-table th[data-key=samples_per_s]").click()  # sorts; must not break the table
     assert page.locator("#trial-table tbody tr[data-trial]").count() >= 2
+    _table_fits(page)
+    # every trial with a throughput is a dot and a line, a pruned one included (at its predicted peak)
+    sweep_id = page.url.rsplit("/", 1)[-1]
+    ran = [t for t in page.evaluate(f"Elastune.api.get('/api/sweeps/{sweep_id}')")["trials"] if t["samples_per_s"]]
+    for trial in ran:
+        assert page.locator(f'#scatter circle[data-trial="{trial["trial_id"]}"]').count() == 1, trial["status"]
+        assert page.locator(f'#parcoords polyline[data-trial="{trial["trial_id"]}"]').count() == 1, trial["status"]
     page.screenshot(path=str(shots / "sweep.png"), full_page=True)
 
     # 4b. A language-model sweep: its quality column is named by its metric, its real tokens/s shown
@@ -274,11 +293,20 @@ def test_launch_a_sweep_from_the_browser_and_read_its_results(
     headers = page.locator("#trial-table th").all_inner_texts()
     assert any("Tokens/s" in h for h in headers) and any("Eval perplexity" in h for h in headers), headers
     assert "33" in page.inner_text("#tiles") and "tokens/s" in page.inner_text("#best")
+    _table_fits(page)
+    # both trials have batch.micro 32 and the same peak: one label each, no negative memory
+    assert page.eval_on_selector_all('#parcoords g[data-axis="batch.micro"] text.tick', "ts => ts.length") == 1
+    labels = page.eval_on_selector_all("#parcoords text", "ts => ts.map((t) => t.textContent)")
+    assert not [t for t in labels if t.startswith("-")], labels
     page.screenshot(path=str(shots / "sweep-lm.png"), full_page=True)
 
     # 5. The memory view: this sweep ran on CPU (no shared GPU), so it says so in plain words.
     page.goto(f"{served.base}/memory")
     page.wait_for_selector("#memory .empty, #memory .device")
+    if page.locator("#memory .empty").count():  # the hint's option names are each on one line
+        codes = page.eval_on_selector_all("#memory .empty code", "cs => cs.map((c) => c.getClientRects().length)")
+        assert all(lines == 1 for lines in codes), codes
+        assert codes or "--" not in page.inner_text("#memory .empty")
     page.screenshot(path=str(shots / "memory.png"), full_page=True)
 
     assert not foreign, foreign[:5]
