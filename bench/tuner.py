@@ -3,9 +3,14 @@
 1. The grid: every config of a fixed space (bench/tuner_space.yaml, a SweepSpec) is trained once,
    each in a fresh `elastune train --format json` process (so its measured peak is its own), in a
    seeded random order (so machine-load drift is not correlated with any parameter), appending
-   each result to bench/tuner_grid.jsonl as it finishes (resumable; the file is committed). Then
-   the fastest feasible configs are re-measured until each has 3 runs (their median is used):
-   the fastest of ~200 single noisy figures is biased upward.
+   each result to bench/tuner_grid_windows.jsonl as it finishes (resumable; the file is committed).
+   A config's figure is the median samples/s of its timed windows (10 steps each, warm-up windows
+   left out), not one whole-run figure. Then the fastest of ~200 noisy figures is biased upward,
+   so the `--top` fastest feasible configs are confirmed as a sweep's confirmation stage does it:
+   `--rounds` rounds, each the reference first, then each of them; a config's figure becomes the
+   median of its per-round ratios to that round's reference, times the reference's median.
+   (bench/tuner_grid.jsonl is the earlier grid: one whole-run figure per config, the leaders
+   re-measured 3 times, on another, busy machine; `--grid bench/tuner_grid.jsonl` replays it.)
 2. The replay: TPE and random search through the sweep's own searcher (`ScreeningSearch`, with the
    sampler `make_sampler` builds), driven as Tune drives it over the cached grid: a proposal the
    estimator prices over the ceiling (the estimate cached with each config) is told as a constraint
@@ -20,7 +25,7 @@
 4. The platform overhead: one mid-size config as a one-trial sweep on a local Ray (`run_sweep`,
    temp ELASTUNE_HOME and MLflow SQLite store) and as `elastune train`, alternating, 3 times each.
 
-    python bench/tuner.py grid                 # run (or resume) the grid; ~45 min on 2 busy CPU cores
+    python bench/tuner.py grid                 # run (or resume) the grid; ~50 min on 2 idle CPU cores
     python bench/tuner.py replay               # searches and baseline from the cache (~2 min)
     python bench/tuner.py replay --tpe-options '{"n_startup_trials": 10}'   # a TPE experiment
     python bench/tuner.py overhead             # Ray vs elastune train (~10 min on a busy machine)
@@ -51,7 +56,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 SPACE = HERE / "tuner_space.yaml"
-GRID = HERE / "tuner_grid.jsonl"
+GRID = HERE / "tuner_grid_windows.jsonl"
 ELASTUNE = [sys.executable, "-m", "elastune.cli"]
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TARGET = 0.95  # share of the grid's best feasible samples/s a search must reach
@@ -129,6 +134,8 @@ FIELDS = (
     "micro_batch",
     "accum",
     "oom_retries",
+    "window_samples_per_s",
+    "warmup_windows",
 )
 
 
@@ -141,61 +148,85 @@ def run_point(spec: Any, params: dict[str, Any], name: str | None = None) -> dic
     else:
         # `train --format json` gives each eval metric as val_NAME: the baseline is val_baseline_logloss
         row.update(status="ok", **{k: result.get(k, result.get(f"val_{k}")) for k in FIELDS})
+        steady = (row["window_samples_per_s"] or [])[row["warmup_windows"] or 0 :]
+        if steady:  # the windows' median: one slow or fast stretch does not move it
+            row["samples_per_s_overall"] = row["samples_per_s"]
+            row["samples_per_s"] = statistics.median(steady)
     return row
 
 
 def read_grid(path: Path = GRID) -> dict[str, dict[str, Any]]:
-    """The cache, one row per config. A config measured more than once (`remeasure`) gets the
-    median samples/s of its measurements and the highest peak (a ceiling must hold for every run);
-    its cost stays one trial's wall seconds (the first run's)."""
+    """The cache, one row per config. A config measured more than once outside a confirmation
+    (the earlier grid's re-measurements) gets the median samples/s of its measurements. A config in
+    the confirmation rounds gets the median of its per-round ratios to that round's reference times
+    the reference's median over the rounds (`confirmed_ratio`: lowest, median, highest), as the
+    sweep's confirmation stage ranks. Every run counts for the peak (a ceiling must hold for every
+    run); a config's cost stays one trial's wall seconds (its first run's)."""
     runs: dict[str, list[dict[str, Any]]] = {}
+    rounds: dict[int, dict[str, float]] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
                 runs.setdefault(row["key"], []).append(row)
+                if row.get("confirm_round") is not None and row["status"] == "ok":
+                    rounds.setdefault(row["confirm_round"], {})[row["key"]] = row["samples_per_s"]
     rows: dict[str, dict[str, Any]] = {}
     for key, measured in runs.items():
         ok = [r for r in measured if r["status"] == "ok"]
+        searched = [r for r in ok if r.get("confirm_round") is None]
         row = dict(measured[0])
         if ok and len(measured) > 1:
             row.update(
                 status="ok",
-                samples_per_s=statistics.median(r["samples_per_s"] for r in ok),
+                samples_per_s=statistics.median(r["samples_per_s"] for r in searched or ok),
                 peak_memory_bytes=max(r["peak_memory_bytes"] for r in ok),
                 val_logloss=statistics.median(r["val_logloss"] for r in ok),
                 val_auc=statistics.median(r["val_auc"] for r in ok),
             )
         row["measurements"] = [r.get("samples_per_s") for r in measured]
         rows[key] = row
+    references = [r["reference"] for r in rounds.values() if "reference" in r]
+    if references:
+        reference = statistics.median(references)
+        for key, row in rows.items():
+            ratios = sorted(r[key] / r["reference"] for r in rounds.values() if key in r and "reference" in r)
+            if ratios:
+                row["confirmed_ratio"] = [ratios[0], statistics.median(ratios), ratios[-1]]
+                row["search_samples_per_s"] = row["samples_per_s"]
+                row["samples_per_s"] = statistics.median(ratios) * reference
     return rows
 
 
-def remeasure(spec: Any, path: Path = GRID, top: int = 8, times: int = 3, max_runs: int = 40) -> None:
-    """Each config ran once, on a shared, noisy machine, and the fastest of ~200 single figures is
-    biased upward. Until the `top` fastest feasible configs each have `times` measurements (or
-    `max_runs` runs are spent), run the ones short of it again; read_grid takes their median."""
-    spent = 0
-    while spent < max_runs:
-        grid = read_grid(path)
+def confirm_top(spec: Any, path: Path = GRID, top: int = 8, rounds: int = 3) -> None:
+    """The confirmation stage over the grid: the `top` fastest feasible configs by their search
+    figure (chosen once; a resumed run keeps the set it started with), `rounds` rounds of the
+    reference then each of them, one at a time, appended with their round (resumable)."""
+    grid = read_grid(path)
+    done = {(r["key"], r["confirm_round"]) for r in _lines(path) if r.get("confirm_round") is not None}
+    leaders = sorted({k for k, _ in done} - {"reference"})
+    if not leaders:
         ref = grid["reference"]["val_logloss"]
         feasible = [r for r in grid.values() if r["key"] != "reference" and measured_feasible(spec, r, ref)]
-        leaders = sorted(feasible, key=lambda r: -r["samples_per_s"])[:top]
-        short = [r for r in leaders if len(r["measurements"]) < times]
-        if not short:
-            break
-        for row in short:
-            out = run_point(spec, row["params"], row["key"])
-            out.update(finished_at=round(time.time(), 1), repeat=True)
+        leaders = [r["key"] for r in sorted(feasible, key=lambda r: -r["samples_per_s"])[:top]]
+    for index in range(rounds):
+        for key in ["reference", *leaders]:
+            if (key, index) in done:
+                continue
+            out = run_point(spec, grid[key]["params"], key)
+            out.update(finished_at=round(time.time(), 1), confirm_round=index)
             with path.open("a") as handle:
                 handle.write(json.dumps(out) + "\n")
-            spent += 1
             print(
-                f"remeasure {label(row['params'])}: {out.get('samples_per_s') or 0:,.0f} samples/s "
-                f"(was {row['measurements']})",
+                f"confirm round {index + 1}/{rounds} {label(grid[key]['params'])}: "
+                f"{out.get('samples_per_s') or 0:,.0f} samples/s",
                 file=sys.stderr,
                 flush=True,
             )
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run_grid(spec: Any, path: Path = GRID, limit: int | None = None) -> None:
@@ -316,6 +347,7 @@ def replay(
     )
     ref_logloss = grid["reference"]["val_logloss"]
     seconds, trained, best, best_in_budget = 0.0, 0, 0.0, 0.0
+    order: list[str] = []  # the configs trained, in order (for the ASHA replay)
     reached: dict[str, Any] | None = None
     index = 0
     while reached is None or searcher.proposed < budget:
@@ -326,6 +358,7 @@ def replay(
         params = {k: v for k, v in config.items() if not k.startswith("elastune_")}
         outcome = feasibility(spec, grid[point_key(params)], ref_logloss)
         assert outcome["kind"] != "screened", "the searcher screens these itself"
+        order.append(point_key(params))
         searcher.on_trial_complete(
             f"t{index}", result={"samples_per_s": outcome["value"], CONSTRAINTS_ATTR: outcome["constraints"]}
         )
@@ -354,6 +387,7 @@ def replay(
         "drawn": reached["drawn"] if reached else searcher.drawn,
         "best_in_budget": best_in_budget,
         "distinct": searcher.proposed,
+        "order": order,
     }
 
 
@@ -374,11 +408,19 @@ def analyse(
     target = TARGET * best["samples_per_s"]
     budget = int(0.15 * len(points))  # the issue's bar: 15% of the grid's trials
     searches: dict[str, Any] = {}
-    for algorithm in ("tpe", "random"):
-        runs = [
-            replay(spec, grid, algorithm, seed, target, budget, 4 * len(points), tpe_options) for seed in range(seeds)
-        ]
-        searches[algorithm] = summarise(runs, len(points), budget, target)
+    tpe_runs: list[dict[str, Any]] = []
+    n_startup = max(3, min(10, budget // 4))  # make_sampler's, for the same budget
+    samplers: dict[str, tuple[str, dict[str, Any] | None]] = {
+        "tpe": ("tpe", tpe_options),  # the sweep's: multivariate, grouped by the conditional structure
+        "random": ("random", None),
+        "tpe, independent": ("tpe", {"n_startup_trials": n_startup}),  # Optuna's default TPE
+        "grid in random order": ("grid", None),  # BruteForceSampler: each config once
+    }
+    for name, (algorithm, options) in samplers.items():
+        runs = [replay(spec, grid, algorithm, seed, target, budget, 4 * len(points), options) for seed in range(seeds)]
+        searches[name] = summarise(runs, len(points), budget, target)
+        if name == "tpe":
+            tpe_runs = runs
     # Sensitivity: the top of the grid is a near-tie within measurement noise, so also looser targets.
     for share in SENSITIVITY:
         for algorithm in ("tpe", "random"):
@@ -428,7 +470,50 @@ def analyse(
         "budget_trials": budget,
         "searches": searches,
         "baseline": baseline,
+        "asha": asha(spec, grid, tpe_runs, best, target),
+        "confirmed": sorted(
+            (r for r in [*rows, ref] if "confirmed_ratio" in r), key=lambda r: -r["confirmed_ratio"][1]
+        ),
     }
+
+
+def asha(
+    spec: Any, grid: dict[str, dict[str, Any]], runs: list[dict[str, Any]], best: dict[str, Any], target: float
+) -> dict[str, Any] | None:
+    """ASHA replayed over each TPE seed's trained configs, in order, one at a time (bench/asha_replay.py):
+    how often it stops the grid's best config (confirmed), or any config at the 95% target, and the
+    trial time it saves; as Ray's rule, and with the margin rule. Each trial's reports are rebuilt
+    from its timed windows, so this needs a grid measured with them. The replay does not feed the
+    stops back into the sampler (the sweep tells TPE a stopped trial's last figure)."""
+    import asha_replay
+
+    if not all(r.get("window_samples_per_s") for r in grid.values() if r["status"] == "ok"):
+        return None
+    grace = max(1, int(spec.search.grace_fraction * 100))
+    curves, cost = {}, {}
+    for key, row in grid.items():
+        if row["status"] == "ok":
+            warmup = spec.trial_config(row["params"]).warmup_steps
+            final = row.get("samples_per_s_overall", row["samples_per_s"])
+            curves[key] = asha_replay.curve(row["steps"], warmup, row["window_samples_per_s"], final)
+            cost[key] = row["wall_s"]
+    out: dict[str, Any] = {"grace_pct": grace, "reduction_factor": spec.search.reduction_factor}
+    for rule, margin in (("ray", False), ("margin", True)):
+        best_stopped, fast_stopped, saved = 0, [], []
+        for run in runs:
+            order = [k for k in run["order"] if k in curves]
+            stopped = asha_replay.replay(order, curves, grace, spec.search.reduction_factor, margin)
+            best_stopped += best["key"] in stopped
+            fast_stopped.append(sum(grid[k]["samples_per_s"] >= target for k in stopped))
+            saved.append(asha_replay.saved_share(order, stopped, cost))
+        out[rule] = {
+            "seeds": len(runs),
+            "best_trained": sum(best["key"] in r["order"] for r in runs),
+            "best_stopped": best_stopped,
+            "seeds_stopping_a_config_at_the_target": sum(n > 0 for n in fast_stopped),
+            "median_trial_time_saved": statistics.median(saved) if saved else None,
+        }
+    return out
 
 
 def estimator_misses(spec: Any, rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -615,6 +700,23 @@ def report(spec: Any, res: dict[str, Any]) -> str:
         f"{['-' if t is None else t for t in s['trained']]}"
         for name, s in res["searches"].items()
     ]
+    if res.get("asha"):
+        a = res["asha"]
+        lines += ["", f"ASHA replayed over each TPE seed's trained configs (grace {a['grace_pct']}%, "
+                  f"reduction factor {a['reduction_factor']:g}):"]  # fmt: skip
+        for rule in ("ray", "margin"):
+            r = a[rule]
+            lines.append(
+                f"- {rule}: the grid's best stopped in {r['best_stopped']} of the {r['best_trained']} seeds that "
+                f"trained it; a config at the 95% target stopped in {r['seeds_stopping_a_config_at_the_target']}"
+                f"/{r['seeds']} seeds; median trial time saved {r['median_trial_time_saved']:.1%}"
+            )
+    confirmed = [r for r in res.get("confirmed", [])]
+    if confirmed:
+        lines += ["", "Confirmed (ratio to the reference per round: lowest, median, highest):"]
+        lines += [f"- {label(r['params'])}: search {r['search_samples_per_s']:,.0f}, confirmed "
+                  f"{r['samples_per_s']:,.0f} samples/s, {r['confirmed_ratio'][0]:.2f}-{r['confirmed_ratio'][1]:.2f}-"
+                  f"{r['confirmed_ratio'][2]:.2f}x" for r in confirmed]  # fmt: skip
     base = res["baseline"]
     lines += [
         "",
@@ -662,8 +764,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--space", type=Path, default=SPACE)
     parser.add_argument("--grid", type=Path, default=GRID, help="the cache (JSON lines)")
     parser.add_argument("--limit", type=int, help="grid: run at most this many configs now")
-    parser.add_argument("--top", type=int, default=8, help="grid: re-measure this many fastest feasible configs")
-    parser.add_argument("--times", type=int, default=3, help="grid: ... until each has this many measurements")
+    parser.add_argument("--top", type=int, default=8, help="grid: confirm this many fastest feasible configs")
+    parser.add_argument("--rounds", type=int, default=3, help="grid: ... in this many rounds with the reference")
     parser.add_argument("--seeds", type=int, default=10, help="replay: seeds per algorithm")
     parser.add_argument("--repeats", type=int, default=3, help="overhead: runs of each kind")
     parser.add_argument(
@@ -686,7 +788,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.what in {"grid", "all"}:
         run_grid(spec, args.grid, args.limit)
-        remeasure(spec, args.grid, args.top, args.times)
+        confirm_top(spec, args.grid, args.top, args.rounds)
         if args.what == "grid":
             return
     res: dict[str, Any] = {}
@@ -737,9 +839,33 @@ def _record(args: argparse.Namespace, res: dict[str, Any]) -> None:
                 "grid: best feasible samples/s", round(res["best"]["samples_per_s"]), note=label(res["best"]["params"])
             ),
         ]
+        others = {n: v for n, v in res["searches"].items() if n not in ("tpe", "random") and "to " not in n}
+        figures += [
+            Figure(
+                f"{name}: the same", v["median_share"], note=f"median {v['median_trials']} trials, {v['seeds']} seeds"
+            )
+            for name, v in others.items()
+        ]
+        if res.get("asha"):
+            for rule, what in (("ray", "ASHA as Ray runs it"), ("margin", "ASHA, stopping only outside the spread")):
+                a = res["asha"][rule]
+                figures.append(
+                    Figure(
+                        f"{what}: seeds where the grid's best was stopped",
+                        f"{a['best_stopped']}/{a['best_trained']}",
+                        note=f"a config at the 95% target stopped in {a['seeds_stopping_a_config_at_the_target']}/"
+                        f"{a['seeds']} seeds; median trial time saved {a['median_trial_time_saved']:.1%}",
+                    )
+                )
         notes = [
-            "Nothing is trained: the searches replay the cached grid bench/tuner_grid.jsonl, measured earlier on "
-            "another 2-core machine (shared and busy: the same config measured 49k, 63k and 81k samples/s)."
+            f"Nothing is trained: the searches replay the cached grid {args.grid.name}."
+            + (
+                " Measured on this machine, one config at a time: each config's figure is the median of its "
+                "timed windows; the fastest feasible ones confirmed in rounds with the reference (median ratio)."
+                if args.grid.name != "tuner_grid.jsonl"
+                else " Measured earlier on another 2-core machine (shared and busy: the same config measured "
+                "49k, 63k and 81k samples/s)."
+            )
         ]
         write_record(
             "tuner-search",
