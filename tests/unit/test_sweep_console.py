@@ -12,8 +12,10 @@ from elastune.cli import main
 from elastune.cli import sweep as sweep_cli
 from elastune.tracking.mlflow import SweepTracker
 from elastune.tracking.records import SweepRecord, TrialRecord
-from elastune.tuning.display import LiveDisplay, PlainDisplay
-from elastune.tuning.progress import searched, status_text
+from elastune.tuning.confirm import confirm_best
+from elastune.tuning.display import KEEP, LiveDisplay, PlainDisplay, StageClock, eta_s, eta_text, wrap
+from elastune.tuning.progress import searched, status_text, trial_line
+from elastune.tuning.spec import Confirm
 from rich.console import Console
 
 from tests.unit.test_tracking_mlflow import make_sweep, record_sweep
@@ -44,6 +46,61 @@ def lm_sweep(n: int) -> SweepRecord:
     )
     record.trials.append(reference)
     return record
+
+
+# a trial of the quick DLRM sweep as its line reported it: the line that ran to 122 columns
+DLRM_PARAMS = {
+    "embedding.strategy": "int8",
+    "optimizer.sparse": "rowwise_adagrad",
+    "precision": "fp32",
+    "batch.micro": 1024,
+}
+
+
+def dlrm_trial(params: dict[str, object] | None = None, **figures: object) -> TrialRecord:
+    trial = TrialRecord(
+        trial_id="66f6869b",
+        number=3,
+        status="ok",
+        params=dict(params or DLRM_PARAMS),
+        config={},
+        samples_per_s=73_487.4,
+        peak_memory_bytes=int(51.08 * 2**20),
+        quality_ok=True,
+    )
+    for key, value in figures.items():
+        setattr(trial, key, value)
+    return trial
+
+
+def terminal() -> Console:
+    return Console(width=100, record=True, file=io.StringIO(), force_terminal=True, color_system=None)
+
+
+def live_row(display: LiveDisplay) -> str:
+    """The live row as it is drawn now."""
+    drawn = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    drawn.print(display._progress.get_renderable())
+    (row,) = [line for line in drawn.export_text().splitlines() if line.strip()]
+    return row
+
+
+def shown_on_a_terminal(*lines: str) -> list[str]:
+    """The lines as a 100-column terminal shows them (through the live display)."""
+    console = terminal()
+    display = LiveDisplay(console)
+    for line in lines:
+        display.line(line)
+    display.close()
+    return console.export_text().splitlines()
+
+
+def assert_fits_and_keeps_words(lines: list[str], *words: str) -> None:
+    """No line over 100 columns, and each of `words` (spaces in it included) whole on one line."""
+    too_long = [line for line in lines if len(line) > 100]
+    assert not too_long, "\n".join(too_long)
+    for word in words:
+        assert any(word in line for line in lines), (word, lines)
 
 
 def rendered(monkeypatch: pytest.MonkeyPatch, record: SweepRecord, width: int = 100, **kwargs: object) -> str:
@@ -111,16 +168,20 @@ def test_plain_display_prints_lines_and_a_status_at_most_every_interval() -> Non
 
 def test_live_display_shows_done_of_total_an_eta_and_the_status_under_the_lines() -> None:
     console = Console(width=100, record=True, file=io.StringIO(), force_terminal=True, color_system=None)
-    display = LiveDisplay(console)
-    display.stage("search", 8)
+    now = [0.0]
+    display = LiveDisplay(console, clock=lambda: now[0])
+    display.stage("search", 8, concurrency=2)
+    for trial in ("a", "b"):
+        display.started(trial)
+    now[0] = 10.0
+    for trial in ("a", "b"):
+        display.ended(trial)
     display.line("trial 1 ok: 1,000 samples/s")
     display.status(3, "running 2 · best 1,000/s (trial 1)")
-    drawn = Console(width=100, record=True, file=io.StringIO(), color_system=None)
-    drawn.print(display._progress.get_renderable())  # the live row as it is drawn now
+    row = live_row(display)
     display.close()
     assert "trial 1 ok: 1,000 samples/s" in console.export_text()  # the line went above the live row
-    (row,) = [line for line in drawn.export_text().splitlines() if line.strip()]
-    assert "search" in row and "3/8" in row and "eta" in row and "running 2 · best 1,000/s (trial 1)" in row
+    assert "search" in row and "3/8" in row and "eta 0:00:30" in row and "running 2 · best 1,000/s (trial 1)" in row
     assert len(row.rstrip()) <= 100
 
 
@@ -172,3 +233,154 @@ def test_sweeps_on_an_empty_store_says_how_to_start(tmp_path: Path, capsys: pyte
     assert main(["sweeps", "--tracking-uri", f"sqlite:///{tmp_path / 'none.db'}", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
     assert not (tmp_path / "none.db").exists()  # reading creates no store
+
+
+def test_a_finished_trials_line_fits_100_columns_and_no_word_is_cut() -> None:
+    line = trial_line(dlrm_trial())
+    # the results table's names and sizes: one spelling on the whole console
+    assert "sparse opt=rowwise_adagrad".replace(" ", KEEP) in line and "peak 51.1 MiB" in line
+    shown = shown_on_a_terminal(line)
+    assert_fits_and_keeps_words(
+        shown, "73,487 samples/s", "strategy=int8", "sparse opt=rowwise_adagrad", "precision=fp32", "micro=1024"
+    )
+    # a spec with many parameters: wrapped at a parameter's edge, the rest indented under it
+    many = shown_on_a_terminal(trial_line(dlrm_trial(LM_PARAMS, status="pruned", peak_memory_bytes=None)))
+    assert len(many) >= 2 and all(line.startswith("    ") for line in many[1:])
+    assert_fits_and_keeps_words(
+        many,
+        *(
+            f"{short}={value}"
+            for short, value in [
+                ("padding", "dynamic"),
+                ("buckets", "True"),
+                ("checkpointing", "every_block"),
+                ("strategy", "half"),
+                ("sparse opt", "rowwise_adagrad"),
+                ("precision", "bf16"),
+                ("micro", "16"),
+                ("accum", "2"),
+            ]
+        ),
+    )
+
+
+def test_an_infeasible_or_failed_trials_line_fits_too() -> None:
+    not_run = dlrm_trial(status="infeasible", samples_per_s=None, estimated_peak_bytes=300 * 2**20)
+    failed = dlrm_trial(status="failed", samples_per_s=None, error="RuntimeError: " + "a long reason " * 12)
+    shown = shown_on_a_terminal(trial_line(not_run), trial_line(failed))
+    assert_fits_and_keeps_words(
+        shown, "trial 3 not run: predicted 300 MiB, over the ceiling", "sparse opt=rowwise_adagrad"
+    )
+
+
+def test_a_log_gets_one_plain_line_per_trial_however_long() -> None:
+    lines: list[str] = []
+    PlainDisplay(lines.append).line(trial_line(dlrm_trial(LM_PARAMS)))
+    (line,) = lines
+    assert KEEP not in line and "sparse opt=rowwise_adagrad" in line and len(line) > 100
+
+
+def test_the_confirmation_lines_fit_100_columns() -> None:
+    trials = [dlrm_trial(trial_id=f"id{n}", number=n, samples_per_s=1000.0 + n) for n in range(5)]
+    reference = dlrm_trial(trial_id="reference", number=-1, params={"batch.micro": 2048}, samples_per_s=900.0)
+    record = SweepRecord(sweep_id="s", spec={}, status="running", trials=[*trials, reference])
+    console = terminal()
+    display = LiveDisplay(console)
+    confirm_best(record, Confirm(top=5, rounds=2), {}, lambda params, name: 1234.5, echo=display.line)
+    display.close()
+    shown = console.export_text().splitlines()
+    assert shown[0] == "confirmation: 2 rounds of the reference then the 5 fastest configs, one run at a time"
+    assert_fits_and_keeps_words(shown, "round 1: reference 1,234 samples/s;", "trial 4 1.00x", "confirmed best: trial")
+    assert not any("id4" in line for line in shown)  # trials named as the table names them, not by Tune's id
+
+
+def test_the_summary_footer_fits_spells_sizes_once_and_colours_no_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = lm_sweep(2)
+    record.sweep_id = "dlrm_quick-20261126-041004-6a57"
+    record.memory_ceiling_bytes = 256 * 2**20
+    console = Console(width=100, record=True, file=io.StringIO(), force_terminal=True, color_system="standard")
+    monkeypatch.setattr(sweep_cli, "out", console)
+    sweep_cli._print_summary(record)
+    lines = console.export_text(clear=False).splitlines()
+    assert_fits_and_keeps_words(lines, "ceiling 256 MiB · reference", "elastune train --from-sweep " + record.sweep_id)
+    styled = console.export_text(styles=True).splitlines()
+    footer = [line for line in styled if "ceiling" in line or "--from-sweep" in line]
+    assert len(footer) == 2 and not any("\x1b[" in line for line in footer), footer  # no number colours
+    wide = Console(width=160, record=True, file=io.StringIO(), color_system=None)  # a pipe: one line
+    monkeypatch.setattr(sweep_cli, "out", wide)
+    sweep_cli._print_summary(record)
+    assert f"best_config.yaml): elastune train --from-sweep {record.sweep_id}" in wide.export_text()
+
+
+def test_eta_needs_a_finished_unit_then_counts_the_running_the_waiting_and_the_slots() -> None:
+    assert eta_s([], running=[5.0, 5.0], waiting=6, concurrency=2) is None  # nothing finished: no guess
+    # 2 of 8 done (10 s each) at 2 at a time, the next 2 running for 3 s: 7 s, then 4 more in pairs
+    assert eta_s([10.0, 10.0], running=[3.0, 3.0], waiting=4, concurrency=2) == pytest.approx(27.0)
+    assert eta_s([10.0, 10.0], running=[3.0], waiting=4, concurrency=1) == pytest.approx(47.0)  # one slot
+    # one running past the mean ends any moment, not minus-something
+    assert eta_s([10.0], running=[14.0], waiting=0, concurrency=2) == pytest.approx(1.0)
+    assert eta_s([10.0, 20.0], running=[], waiting=0, concurrency=2) == 0.0  # nothing left
+    assert eta_text(None) == "" and eta_text(27.4) == "eta 0:00:27" and eta_text(3725) == "eta 1:02:05"
+
+
+def test_the_stage_clock_counts_down_between_trials() -> None:
+    now = [0.0]
+    units = StageClock(concurrency=2, clock=lambda: now[0])
+    units.started("a"), units.started("b")
+    now[0] = 10.0
+    assert units.eta(8, 0) is None
+    units.ended("a"), units.ended("b"), units.started("c"), units.started("d")
+    now[0] = 13.0
+    assert units.eta(8, 2) == pytest.approx(27.0)
+    now[0] = 15.0  # no trial ended: the estimate still moves
+    assert units.eta(8, 2) == pytest.approx(25.0)
+    assert units.eta(None, 0) is None  # a stage of unknown length
+    assert units.eta(8, 8) is None  # nor one that is through
+    units.started("c")  # seen pending first, then Tune's start: the first time counts
+    units.ended("c"), units.started("c")  # and one that ended does not start again
+    # c took 5 s (from its first start), so the mean is 25/3 s: d has 10/3 s left, the 4 waiting go in pairs
+    assert units.eta(8, 3) == pytest.approx(20.0)
+
+
+def test_the_live_rows_show_no_eta_until_there_is_one_and_it_counts_down() -> None:
+    now = [0.0]
+    display = LiveDisplay(terminal(), clock=lambda: now[0])
+    display.stage("reference", None)
+    now[0] = 3.0
+    reference = live_row(display)
+    assert "reference" in reference and "eta" not in reference and "?" not in reference and "-:--" not in reference
+    display.stage("confirmation", 6)
+    display.started("confirm-1-reference")
+    display.status(0, "round 1: the reference")
+    assert "eta" not in live_row(display) and "-:--" not in live_row(display)
+    now[0] = 8.0
+    display.ended("confirm-1-reference")
+    display.started("confirm-1-abc")
+    display.status(1, "round 1: trial 7")
+    now[0] = 9.0
+    assert "eta 0:00:24" in live_row(display)  # 4 s of this run, then 4 more of 5 s, one at a time
+    now[0] = 11.0
+    assert "eta 0:00:22" in live_row(display)  # redrawn, no status call between
+    display.close()
+
+
+def test_a_plain_status_line_carries_the_eta_once_there_is_one() -> None:
+    lines: list[str] = []
+    now = [0.0]
+    display = PlainDisplay(lines.append, every_s=10, clock=lambda: now[0])
+    display.stage("search", 4, concurrency=2)
+    display.started("a"), display.started("b")
+    display.status(0, "running 2", force=True)
+    now[0] = 6.0
+    display.ended("a")
+    display.status(1, "running 1", force=True)
+    display.status(1, "", force=True)  # nothing to say beside the count: no empty part
+    assert lines == ["  search 0/4 · running 2", "  search 1/4 · running 1 · eta 0:00:07", "  search 1/4 · eta 0:00:07"]
+
+
+def test_wrap_breaks_at_spaces_only_and_indents_the_rest() -> None:
+    text = "confirmed best: trial 7, 2.16x the reference (rounds 2.04x-2.29x) " + f"long{KEEP}name=value " * 8
+    lines = wrap(text, 60)
+    assert all(len(line) <= 60 for line in lines) and all(line.startswith("    ") for line in lines[1:])
+    assert "2.04x-2.29x" in "".join(lines) and all("long name=value" in line for line in lines[1:])
+    assert wrap("short", 100) == ["short"] and wrap("a\nb", 100) == ["a", "b"]

@@ -15,7 +15,6 @@ from rich.table import Table
 from elastune.cli.common import FormatOpt, SetOpt, TrackingOpt, err, out
 from elastune.errors import InputError
 from elastune.jsonout import Format, dumps
-from elastune.units import human_bytes
 
 __all__ = ["results", "sweep", "sweeps"]
 
@@ -143,7 +142,7 @@ def sweeps(
 
 
 def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS) -> None:
-    from elastune.tuning.results import COMPACT_COLUMNS, SUMMARY_COLUMNS, compact_rows, summary_rows
+    from elastune.tuning.results import COMPACT_COLUMNS, SUMMARY_COLUMNS, compact_rows, short_bytes, summary_rows
 
     counts = record.counts()
     left = {"trial", "status", "parameters", "config", "#"}
@@ -164,13 +163,18 @@ def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS
     for row in rows:
         table.add_row(*(escape(cell) for cell in row), end_section=not wide)
     out.print(table)
+    # highlight=False: rich would colour the digits inside a sweep id as numbers
     if len(rows) < len(record.trials):
-        out.print(f"the best {len(rows)} of {len(record.trials)} trials; --all shows every one")
-    ceiling = human_bytes(record.memory_ceiling_bytes) if record.memory_ceiling_bytes else "none"
+        out.print(f"the best {len(rows)} of {len(record.trials)} trials; --all shows every one", highlight=False)
+    ceiling = short_bytes(record.memory_ceiling_bytes) if record.memory_ceiling_bytes else "none"
     ref = f"{record.reference_samples_per_s:,.0f} samples/s" if record.reference_samples_per_s else "n/a"
-    out.print(
-        f"ceiling {ceiling} · reference {ref} · " + " · ".join(f"{status} {n}" for status, n in counts.items() if n)
-    )
-    best = record.best()
-    if best is not None:
-        out.print(f"best config (MLflow artifact best_config.yaml): elastune train --from-sweep {record.sweep_id}")
+    counted = " · ".join(f"{status} {n}" for status, n in counts.items() if n)
+    out.print(f"ceiling {ceiling} · reference {ref} · {counted}", highlight=False)
+    if record.best() is not None:
+        said = "best config (MLflow artifact best_config.yaml):"
+        command = f"elastune train --from-sweep {record.sweep_id}"
+        if len(said) + 1 + len(command) <= out.width:
+            out.print(f"{said} {command}", highlight=False, markup=False)
+        else:  # the command whole, on a line of its own (rich would break it at a space)
+            out.print(said, highlight=False, markup=False)
+            out.print(f"  {command}", highlight=False, markup=False, soft_wrap=True)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tuning.results import trial_label
 from elastune.tuning.spec import Confirm
 
 __all__ = ["confirm_best", "confirmation_candidates"]
@@ -51,10 +52,9 @@ def confirm_best(
         if candidates:
             echo("confirmation: skipped, the reference run did not finish within the ceiling and tolerance")
         return []
-    echo(
-        f"confirmation: {len(candidates)} fastest config(s) against the reference, {settings.rounds} round(s), "
-        "one run at a time (reference first in each round)"
-    )
+    rounds = f"{settings.rounds} round" + ("s" if settings.rounds != 1 else "")
+    configs = "the fastest config" if len(candidates) == 1 else f"the {len(candidates)} fastest configs"
+    echo(f"confirmation: {rounds} of the reference then {configs}, one run at a time")
     ratios: dict[str, list[float]] = {t.trial_id: [] for t in candidates}
     for round_ in range(1, settings.rounds + 1):
         if stopped():
@@ -70,7 +70,7 @@ def confirm_best(
             rate = measure(trial.params, f"confirm-{round_}-{trial.trial_id}")
             if rate:
                 ratios[trial.trial_id].append(rate / base)
-                shown.append(f"{trial.trial_id} {rate / base:.2f}x")
+                shown.append(f"{_name(trial)} {rate / base:.2f}x")
         echo(f"  round {round_}: reference {base:,.0f} samples/s; " + ", ".join(shown or ["no config finished"]))
     changed = []
     for trial in candidates:
@@ -83,5 +83,10 @@ def confirm_best(
         changed.append(reference)
         best = max(changed, key=lambda t: t.confirmed_speedup[1] if t.confirmed_speedup else 0.0)
         low, median, high = best.confirmed_speedup or [1.0, 1.0, 1.0]
-        echo(f"confirmed best: {best.trial_id}, {median:.2f}x the reference (rounds {low:.2f}x-{high:.2f}x)")
+        echo(f"confirmed best: {_name(best)}, {median:.2f}x the reference (rounds {low:.2f}x-{high:.2f}x)")
     return changed
+
+
+def _name(trial: TrialRecord) -> str:
+    """A trial as the search's lines and the results table name it (trial 7), not by its Tune id."""
+    return "the reference" if trial.trial_id == "reference" else f"trial {trial_label(trial)}"

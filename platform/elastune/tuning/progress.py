@@ -18,13 +18,12 @@ from typing import Any
 from ray.tune import Callback
 
 from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
-from elastune.tuning.display import display_for
+from elastune.tuning.display import KEEP, display_for
 from elastune.tuning.keys import ESTIMATE_KEY, META_PREFIX, NUMBER_KEY
 from elastune.tuning.report import TrialReport
-from elastune.tuning.results import trial_label
-from elastune.units import human_bytes
+from elastune.tuning.results import short_bytes, short_name, trial_label
 
-__all__ = ["STOPPING", "SweepCallback", "searched", "status_text"]
+__all__ = ["STOPPING", "SweepCallback", "searched", "status_text", "trial_line"]
 
 STOPPING: set[str] = set()  # ids of the sweeps whose driver was told to stop (a signal), in this process
 
@@ -50,6 +49,7 @@ class SweepCallback(Callback):
 
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         self._save(self._from_trial(trial, status="running", metrics={}))
+        display_for(self.sweep_id).started(str(trial.trial_id))  # the ETA's input (on_step_end saw it first)
 
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         base = self._from_trial(trial, status="running", metrics={})
@@ -59,6 +59,7 @@ class SweepCallback(Callback):
         if self.sweep_id in STOPPING and done.status in {"pruned", "failed"}:
             done.status, done.error = "interrupted", "stopped with the sweep's driver; a resume runs it again"
         self._save(done, announce=True)
+        display_for(self.sweep_id).ended(base.trial_id)  # also one _save left alone (a resume's replay)
 
     def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
         record = self._from_trial(trial, status="failed", metrics={})
@@ -66,6 +67,7 @@ class SweepCallback(Callback):
         if self.sweep_id in STOPPING:
             record.status = "interrupted"
         self._save(record, announce=True)
+        display_for(self.sweep_id).ended(record.trial_id)
 
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
         from elastune.tuning.search import SCREENED, records_for_screened
@@ -76,7 +78,13 @@ class SweepCallback(Callback):
             for trial in records_for_screened(self._spec, queued):
                 self._save(trial, announce=True)
         record = self._ensure()
-        display_for(self.sweep_id).status(searched(record), status_text(record))
+        display = display_for(self.sweep_id)
+        for live in trials:
+            # a trial's time counts from when it takes its slot: Tune's on_trial_start comes only
+            # once its actor runs, seconds later (a process to start, torch to import)
+            if live.status in {"PENDING", "RUNNING"}:
+                display.started(str(live.trial_id))
+        display.status(searched(record), status_text(record))
 
     # -- helpers
 
@@ -103,7 +111,9 @@ class SweepCallback(Callback):
         self._tracker.update_sweep(record)
         if announce:
             display = display_for(self.sweep_id)
-            display.line(_trial_line(trial))
+            display.line(trial_line(trial))
+            # ended just before the new count: a redraw between them would count the trial twice
+            display.ended(trial.trial_id)
             display.status(searched(record), status_text(record), force=True)
 
     def _from_trial(self, trial: Any, status: str, metrics: dict[str, Any]) -> TrialRecord:
@@ -137,14 +147,17 @@ def status_text(record: SweepRecord) -> str:
     return " · ".join(parts)
 
 
-def _trial_line(trial: TrialRecord) -> str:
-    params = " ".join(f"{k.split('.')[-1]}={v}" for k, v in trial.params.items())
+def trial_line(trial: TrialRecord) -> str:
+    """A trial's outcome, then its parameters by the names the results table gives them
+    (`sparse opt=rowwise_adagrad`) and its sizes as the table writes them (`51.1 MiB`). Each
+    `name=value` holds `KEEP`s for spaces, so a display that wraps the line keeps it whole."""
+    params = ", ".join(f"{short_name(k)}={v}".replace(" ", KEEP) for k, v in trial.params.items())
     name = f"trial {trial_label(trial)}" if trial.number >= 0 else trial.trial_id
     if trial.status == "infeasible" and trial.samples_per_s is None:
-        predicted = human_bytes(trial.estimated_peak_bytes or 0)
+        predicted = short_bytes(trial.estimated_peak_bytes or 0)
         return f"{name} not run: predicted {predicted}, over the ceiling · {params}"
     if trial.status in {"ok", "infeasible", "pruned"} and trial.samples_per_s is not None:
-        peak = human_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "n/a"
+        peak = short_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "n/a"
         quality = "" if trial.quality_ok is None else (", quality ok" if trial.quality_ok else ", quality too low")
         return f"{name} {trial.status}: {trial.samples_per_s:,.0f} samples/s, peak {peak}{quality} · {params}"
     return f"{name} {trial.status}: {trial.error or ''} · {params}"

@@ -9,7 +9,16 @@ from typing import Any
 from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
 from elastune.units import human_bytes
 
-__all__ = ["COMPACT_COLUMNS", "SUMMARY_COLUMNS", "compact_rows", "results_json", "summary_rows", "trial_label"]
+__all__ = [
+    "COMPACT_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "compact_rows",
+    "results_json",
+    "short_bytes",
+    "short_name",
+    "summary_rows",
+    "trial_label",
+]
 
 # `--wide`: every figure in its own column, one line per trial
 SUMMARY_COLUMNS = (
@@ -86,14 +95,13 @@ def compact_rows(record: SweepRecord, top: int | None = None) -> list[tuple[str,
         if trial.confirmed_speedup:
             low, median, high = trial.confirmed_speedup
             confirmed = f"\nconf. {median:.2f}×\n({low:.2f}-{high:.2f})"
-        peak = _bytes3(trial.peak_memory_bytes) if trial.peak_memory_bytes else "-"
-        predicted = f"\npred. {_bytes3(trial.estimated_peak_bytes)}" if trial.estimated_peak_bytes else ""
+        peak = short_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "-"
+        predicted = f"\npred. {short_bytes(trial.estimated_peak_bytes)}" if trial.estimated_peak_bytes else ""
         rows.append(
             (
                 str(rank) if trial.feasible else trial.status,
                 trial_label(trial),
-                "\n".join(f"{SHORT_NAMES.get(k, k.split('.')[-1])}={v}" for k, v in trial.params.items())
-                or "(reference)",
+                "\n".join(f"{short_name(k)}={v}" for k, v in trial.params.items()) or "(reference)",
                 (f"{trial.samples_per_s:,.0f}" if trial.samples_per_s else "-") + spread,
                 _speedup(trial, record) + confirmed,
                 peak + predicted,
@@ -109,8 +117,14 @@ def trial_label(trial: TrialRecord) -> str:
     return "ref" if trial.trial_id == "reference" else str(trial.number) if trial.number >= 0 else trial.trial_id
 
 
-def _bytes3(n: int) -> str:
-    """human_bytes to three significant digits: 95.4 MiB, 858 MiB, 1.23 GiB."""
+def short_name(key: str) -> str:
+    """A searched key as the console names it: `SHORT_NAMES`, else its last dotted part."""
+    return SHORT_NAMES.get(key, key.split(".")[-1])
+
+
+def short_bytes(n: float) -> str:
+    """human_bytes to three significant digits: 95.4 MiB, 858 MiB, 1.23 GiB; how the sweep's
+    console and its table write every size (the ceiling 256 MiB, not 256.00 MiB)."""
     number, unit = human_bytes(n).split()
     value = float(number)
     return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"

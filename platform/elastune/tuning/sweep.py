@@ -37,6 +37,7 @@ from elastune.tracking.records import SweepRecord, TrialRecord
 from elastune.tuning.display import Display, PlainDisplay, register, unregister
 from elastune.tuning.progress import STOPPING, SweepCallback, searched
 from elastune.tuning.report import TrialReport
+from elastune.tuning.results import short_bytes
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
 from elastune.workloads.quality import QualityMetric
@@ -127,14 +128,14 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
         try:
             record.mlflow_run_id = stop.run_id = tracker.start_sweep(record)
             with Heartbeat(uri, record.mlflow_run_id):
+                ceiling = spec.constraints.memory_ceiling
                 echo(
                     f"sweep {record.sweep_id}: {spec.budget.max_trials} proposals, {spec.budget.max_concurrent} "
-                    f"at a time, ceiling "
-                    f"{human_bytes(spec.constraints.memory_ceiling) if spec.constraints.memory_ceiling else 'none'}"
+                    f"at a time, ceiling {short_bytes(ceiling) if ceiling else 'none'}"
                 )
                 _measure_reference(spec, record, tracker, home, stop, display)
                 if not stop.signum:
-                    display.stage("search", spec.budget.max_trials, done=searched(record))
+                    display.stage("search", spec.budget.max_trials, done=searched(record), concurrency=concurrency)
                     _search(spec, record, uri, home, concurrency, resumed=resume is not None)
                 if not stop.signum:
                     _confirm(spec, record.sweep_id, uri, tracker, home, stop, display)
@@ -245,7 +246,9 @@ def _confirm(
         nonlocal done
         _, round_, trial_id = name.split("-", 2)  # confirm_best's run names: confirm-ROUND-TRIAL_ID
         display.status(done, f"round {round_}: {names.get(trial_id, trial_id)}")
+        display.started(name)
         report = _run_once(trainable, params, f"{sweep_id}-{name}", home)
+        display.ended(name)
         done += 1
         display.status(done, "")
         return report.samples_per_s if report.status == "ok" and report.quality_ok is not False else None
