@@ -13,11 +13,46 @@ percent of it, so each is started once per group and stopped when the group ends
 
 from __future__ import annotations
 
+import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+# The browser tests drive Debian's chromium (never a browser download).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless chromium for one test module; skipped where it is not installed, failed instead
+    with ELASTUNE_REQUIRE_BROWSER=1 (CI)."""
+    if not CHROMIUM.exists():
+        reason = "Debian's chromium is not installed (apt-get install -y chromium); the browser tests need it"
+        if os.environ.get("ELASTUNE_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"ELASTUNE_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
 
 
 @pytest.fixture(scope="session")

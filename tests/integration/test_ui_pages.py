@@ -11,7 +11,6 @@ served/test_ui_e2e.py, which launches a real sweep).
 
 from __future__ import annotations
 
-import os
 import shutil
 import threading
 import time
@@ -27,8 +26,6 @@ from tests.unit.test_ui_api import write_lm_sweep, write_pruned_sweep
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 WINDOW = {"width": 1280, "height": 900}  # the narrowest window the pages are laid out for
 
 
@@ -55,23 +52,6 @@ def base(
     finally:
         server.should_exit = True
         thread.join(timeout=15)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        reason = "Debian's chromium is not installed (apt-get install -y chromium); the browser tests need it"
-        if os.environ.get("ELASTUNE_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"ELASTUNE_REQUIRE_BROWSER=1 but {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture

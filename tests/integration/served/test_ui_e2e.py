@@ -33,19 +33,8 @@ from tests.unit.test_ui_api import write_lm_sweep, write_sweep
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[3]
-CHROMIUM = Path("/usr/bin/chromium")
 UPDATE_SCREENSHOTS = os.environ.get("ELASTUNE_UPDATE_SCREENSHOTS") == "1"
 LAUNCHED = "dlrm_quick" if UPDATE_SCREENSHOTS else "tiny"  # the spec the browser test launches
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @dataclass
@@ -188,23 +177,6 @@ def _table_fits(page: Any) -> None:
                   document.querySelector("#table-card .table-wrap").clientWidth]"""
     )
     assert widths[0] <= widths[1], widths
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        reason = "Debian's chromium is not installed (apt-get install -y chromium); the browser test needs it"
-        if os.environ.get("ELASTUNE_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"ELASTUNE_REQUIRE_BROWSER=1 but {reason}")
-        pytest.skip(reason)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture(scope="module")
