@@ -21,7 +21,6 @@ the harmonic mean); before the first window completes, the first window's rate.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -115,4 +114,4 @@ def saved_share(order: list[str], stopped: dict[str, int], cost: dict[str, float
     """Share of the trials' wall seconds a stop saves (a stopped trial costs its share of steps)."""
     total = sum(cost[k] for k in order)
     saved = sum(cost[k] * (1 - stopped[k] / 100) for k in stopped)
-    return saved / total if total and not math.isnan(total) else 0.0
+    return saved / total if total else 0.0

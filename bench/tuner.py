@@ -164,13 +164,10 @@ def read_grid(path: Path = GRID) -> dict[str, dict[str, Any]]:
     run); a config's cost stays one trial's wall seconds (its first run's)."""
     runs: dict[str, list[dict[str, Any]]] = {}
     rounds: dict[int, dict[str, float]] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                row = json.loads(line)
-                runs.setdefault(row["key"], []).append(row)
-                if row.get("confirm_round") is not None and row["status"] == "ok":
-                    rounds.setdefault(row["confirm_round"], {})[row["key"]] = row["samples_per_s"]
+    for row in _lines(path):
+        runs.setdefault(row["key"], []).append(row)
+        if row.get("confirm_round") is not None and row["status"] == "ok":
+            rounds.setdefault(row["confirm_round"], {})[row["key"]] = row["samples_per_s"]
     rows: dict[str, dict[str, Any]] = {}
     for key, measured in runs.items():
         ok = [r for r in measured if r["status"] == "ok"]

@@ -8,7 +8,7 @@ import re
 
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
-__all__ = ["MAX_BYTES", "human_bytes", "parse_bytes"]
+__all__ = ["MAX_BYTES", "human_bytes", "parse_bytes", "short_bytes"]
 
 MAX_BYTES = 2**60  # 1 EiB: any real device or host is far below; a bound keeps hostile input finite
 
@@ -53,3 +53,11 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1024
     return f"{n:.2f} TiB"
+
+
+def short_bytes(n: float) -> str:
+    """human_bytes to three significant digits: 95.4 MiB, 858 MiB, 1.23 GiB; how the sweep's
+    console and its table write every size (the ceiling 256 MiB, not 256.00 MiB)."""
+    number, unit = human_bytes(n).split()
+    value = float(number)
+    return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"

@@ -168,11 +168,12 @@ def test_trial_config_derives_accumulation_and_steps() -> None:
     assert 1 <= cfg.warmup_steps < cfg.steps
 
 
-def test_cli_bad_spec_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+def sweep_cli(tmp_path: Path, raw: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """`elastune sweep bad.yaml` in a fresh process, in `tmp_path` (its home and store there too)."""
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(spec(parameters={"precision": {"type": "choice", "values": []}})))
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
     env = {**os.environ, "ELASTUNE_HOME": str(tmp_path / "home"), "MLFLOW_TRACKING_URI": ""}
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "elastune.cli", "sweep", str(path)],
         cwd=tmp_path,
         env=env,
@@ -180,6 +181,10 @@ def test_cli_bad_spec_exits_2_and_writes_nothing(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
+
+
+def test_cli_bad_spec_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    proc = sweep_cli(tmp_path, spec(parameters={"precision": {"type": "choice", "values": []}}))
     assert proc.returncode == 2, proc.stderr
     assert "parameters.precision.choice.values" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no mlflow.db, no sweep state

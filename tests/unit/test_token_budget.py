@@ -6,9 +6,6 @@ value and the fix, reported with the spec's other problems; the CLI exits 2 and 
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,8 @@ from elastune.cli import main
 from elastune.errors import ConfigError
 from elastune.tuning.space import candidate_points
 from elastune.tuning.spec import SweepSpec, TokenBudget, load_sweep_spec, validate_sweep_spec
+
+from tests.unit.test_sweep_spec import sweep_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 SPACES = ROOT / "search_spaces"
@@ -182,17 +181,7 @@ def test_budget_problems_are_reported_with_the_others() -> None:
 
 
 def test_cli_refuses_a_bad_token_budget_with_exit_2_and_writes_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(lm_spec({"tokens": 4000}), sort_keys=False))
-    env = {**os.environ, "ELASTUNE_HOME": str(tmp_path / "home"), "MLFLOW_TRACKING_URI": ""}
-    proc = subprocess.run(
-        [sys.executable, "-m", "elastune.cli", "sweep", str(path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = sweep_cli(tmp_path, lm_spec({"tokens": 4000}))
     assert proc.returncode == 2, proc.stderr
     assert "1 problem(s)" in proc.stderr
     assert "constraints.effective_batch.tokens=4000: not a multiple of the context (128 tokens)" in proc.stderr

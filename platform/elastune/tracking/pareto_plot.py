@@ -16,9 +16,10 @@ memory ceiling is a dashed line with the region beyond it shaded.
 
 The Pareto front (`pareto_front`) is a staircase of stars. Its points, the best trial
 (`SweepRecord.best`, which prefers a confirmed one: ringed) and the reference (a diamond) are
-labelled with their trial number, as the console and the results table name them (`trial_label`:
-the proposal's number, `ref` for the reference); the key under the plot names each labelled config
-by strategy · precision · micro×accum, then any other searched parameter on which they differ.
+labelled with their trial number, as the console and the results table name them (records.py's
+`trial_label`: the proposal's number, `ref` for the reference); the key under the plot names each
+labelled config by strategy · precision · micro×accum, then any other searched parameter on which
+they differ.
 
 The axes' limits come from the data and the ceiling, widened by a fixed number of pixels on every
 side, so no marker or label is clipped; memory spanning more than `LOG_RATIO` is drawn on a log axis.
@@ -33,7 +34,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from elastune.dotted import flatten
-from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
+from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front, trial_label
 from elastune.units import human_bytes
 
 if TYPE_CHECKING:
@@ -111,12 +112,6 @@ def outcome(trial: TrialRecord) -> str | None:
     if trial.status == "oom" and trial.estimated_peak_bytes is not None:
         return "oom"
     return None
-
-
-def trial_label(trial: TrialRecord) -> str:
-    """A trial as the console and the results table name it: its proposal number, `ref` for the
-    reference (as tuning/results.py's `trial_label`, which tracking/ may not import)."""
-    return "ref" if trial.trial_id == "reference" else str(trial.number) if trial.number >= 0 else trial.trial_id
 
 
 def config_label(trial: TrialRecord, extra_keys: Iterable[str] = ()) -> str:

@@ -39,6 +39,7 @@ __all__ = [
     "TrialStatus",
     "pareto_front",
     "quartiles",
+    "trial_label",
 ]
 
 TrialStatus = Literal["ok", "infeasible", "oom", "pruned", "failed", "running", "interrupted"]
@@ -214,3 +215,9 @@ def pareto_front(trials: Iterable[TrialRecord]) -> list[TrialRecord]:
             front.append(trial)
             best_speed = speed
     return front
+
+
+def trial_label(trial: TrialRecord) -> str:
+    """How the console, the results table and pareto.png name a trial: its proposal number, as its
+    line said ("trial 3 ok: ..."), or `ref` for the reference."""
+    return "ref" if trial.trial_id == "reference" else str(trial.number) if trial.number >= 0 else trial.trial_id

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
-from elastune.units import human_bytes
+from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front, trial_label
+from elastune.units import human_bytes, short_bytes
 
 __all__ = [
     "COMPACT_COLUMNS",
@@ -111,23 +111,9 @@ def compact_rows(record: SweepRecord, top: int | None = None) -> list[tuple[str,
     return rows
 
 
-def trial_label(trial: TrialRecord) -> str:
-    """How the console names a trial: its proposal number, as its line said ("trial 3 ok: ..."),
-    or `ref` for the reference."""
-    return "ref" if trial.trial_id == "reference" else str(trial.number) if trial.number >= 0 else trial.trial_id
-
-
 def short_name(key: str) -> str:
     """A searched key as the console names it: `SHORT_NAMES`, else its last dotted part."""
     return SHORT_NAMES.get(key, key.split(".")[-1])
-
-
-def short_bytes(n: float) -> str:
-    """human_bytes to three significant digits: 95.4 MiB, 858 MiB, 1.23 GiB; how the sweep's
-    console and its table write every size (the ceiling 256 MiB, not 256.00 MiB)."""
-    number, unit = human_bytes(n).split()
-    value = float(number)
-    return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
 
 
 def _k(rate: float) -> str:
