@@ -105,6 +105,17 @@ def trainer_without_callbacks(dropped: frozenset[str]) -> type:
 # torch (checked against torch 2.13)
 
 
+@contextlib.contextmanager
+def outside_trace() -> Iterator[None]:
+    """Real tensors again inside the estimator's fake-tensor trace, unseen by its tracker: for a
+    workload that must read its data to know what to price (an LM's longest micro-batch). torch's
+    own helper for this (`_disable_current_modes`) is private."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        yield
+
+
 def is_fake(tensor: Any) -> bool:
     """Whether `tensor` is a fake tensor (the estimator traces a step under FakeTensorMode): a
     workload that sizes its work by the data (dynamic padding reads the longest sequence) must

@@ -13,6 +13,7 @@ from elastune.cli import main
 from elastune.memory.estimate import estimate
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload
+from elastune.workloads.lm import first_fit, seen_shapes
 
 SMALL = [
     "workload=lm",
@@ -78,6 +79,29 @@ def test_dynamic_padding_computes_less_for_the_same_loss() -> None:
     # priced at the longest batch it can see: a full context
     assert estimate(load_run_config(None, [*SMALL, "data.padding=dynamic"])).peak_bytes == pytest.approx(
         estimate(load_run_config(None, SMALL)).peak_bytes, rel=0.01
+    )
+
+
+def test_the_estimator_prices_the_longest_micro_batch_the_run_reads() -> None:
+    """Dynamic padding is priced at the longest sequence, packing at the most rows, of the run's own
+    micro-batches, not at the worst case (a full context per sequence)."""
+    short = "workload_options={vocab: 256, context: 128, mean_length: 6, layers: 2, heads: 2}"
+    static = load_run_config(None, [*SMALL, short, "steps=20", "warmup_steps=2"])
+    source = build_workload(static).data_source()
+    assert source.lengths(1000, 100).tolist() == source.read(1000, 100).dense[:, 0].long().tolist()
+    reads = [source.read(step * 32, 32) for step in range(20)]
+    longest = max(int(b.dense.max()) for b in reads)
+    packer = build_workload(load_run_config(None, [*SMALL, short, "data.padding=packed"]))
+    rows = max(packer.pack(b)[0].shape[0] for b in reads)
+    assert longest < 64 and rows < 16  # short documents: far from the worst case (128 tokens, 32 rows)
+    for padding, seen in (("dynamic", longest), ("packed", rows)):
+        cfg = load_run_config(None, [*SMALL, short, "steps=20", "warmup_steps=2", f"data.padding={padding}"])
+        shapes = {size: (n, r) for size, n, r in seen_shapes(cfg.model_dump_json())}
+        assert shapes[32][0 if padding == "dynamic" else 1] >= seen  # every training micro-batch is covered
+        # ... and by the traced peak: far below a full-context row per sequence
+        assert estimate(cfg).traced_peak_bytes < 0.7 * estimate(static).traced_peak_bytes
+    assert shapes[32][1] == max(
+        rows, max(first_fit(b.dense[:, 0].long().tolist(), 128)[2] for b in source.eval_batches(512, 32))
     )
 
 

@@ -23,9 +23,11 @@ Knobs (run-config fields a sweep can search):
   with attention kept inside each document (a block-diagonal causal mask; positions restart per
   document; a document is never cut across rows). Right padding under a causal mask never changes
   a real token's output, so all three give the same loss; dynamic and packed do less work where
-  sequences are short. The
-  estimator prices the longest batch it can see, one full-context row per sequence (a fake tensor
-  has no lengths).
+  sequences are short. A fake tensor has no lengths, so the estimator prices the longest batch it
+  can see (`seen_shapes`): it reads the lengths of the run's first training steps (up to
+  SEEN_SEQUENCES sequences) and of every evaluation batch, splits them into micro-batches as the
+  loop does, and prices each micro-batch size at the longest sequence (dynamic) or the most packed
+  rows (packed) among them. A later batch longer than all of those is not priced.
 - `data.bucket_by_length` (dynamic padding): a step's sequences are sorted by length before they
   are split into micro-batches, so short ones pad to short ones (it matters when batch.accum > 1).
 - `model.activation_checkpointing: none | every_block | every_n` (`model.checkpoint_every`): the
@@ -37,8 +39,9 @@ Quality: eval perplexity over the held-out sequences' real tokens, lower is bett
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -48,7 +51,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
 
-from elastune.compat import is_fake
+from elastune.compat import is_fake, outside_trace
 from elastune.config import RunConfig
 from elastune.embeddings.tables import TableSpec, build_tables
 from elastune.workloads.data import Batch, DataSource
@@ -58,6 +61,7 @@ from elastune.workloads.text_source import PAD, TextSource, text_tokenizer
 __all__ = ["PAD", "LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
 
 CHUNK = 1024  # sequences per generated chunk
+SEEN_SEQUENCES = 16_384  # the estimator reads at most this many training sequences' lengths (`seen_shapes`)
 
 
 class LMOptions(BaseModel):
@@ -127,11 +131,22 @@ class SyntheticText:
             self._recent[key] = self._generate(split, index)
         return self._recent[key]
 
-    def _generate(self, split: int, index: int) -> Batch:
-        rng = np.random.default_rng([self.seed, split, index])
+    def lengths(self, start: int, n: int) -> np.ndarray:
+        """The lengths of training sequences [start, start + n), without generating their tokens."""
+        first, last = start // CHUNK, (start + n - 1) // CHUNK
+        drawn = np.concatenate(
+            [self._draw_lengths(np.random.default_rng([self.seed, 0, i])) for i in range(first, last + 1)]
+        )
+        return drawn[start - first * CHUNK : start - first * CHUNK + n]
+
+    def _draw_lengths(self, rng: np.random.Generator) -> np.ndarray:
         sigma = 0.8
         mu = math.log(self.mean_length) - sigma**2 / 2  # the log-normal's mean is mean_length
-        lengths = np.clip(np.rint(rng.lognormal(mu, sigma, CHUNK)), 2, self.context).astype(np.int64)
+        return np.clip(np.rint(rng.lognormal(mu, sigma, CHUNK)), 2, self.context).astype(np.int64)
+
+    def _generate(self, split: int, index: int) -> Batch:
+        rng = np.random.default_rng([self.seed, split, index])
+        lengths = self._draw_lengths(rng)  # first from the chunk's generator: `lengths` draws the same
         drawn = rng.choice(self.vocab - 1, (CHUNK, self.context), p=self._zipf) + 1
         follow = rng.random((CHUNK, self.context)) < 0.6
         tokens = np.empty((CHUNK, self.context), dtype=np.int64)
@@ -145,6 +160,57 @@ class SyntheticText:
             torch.from_numpy(tokens[:, None, :]),
             torch.zeros(CHUNK),
         )
+
+
+def first_fit(lengths: Sequence[int], context: int) -> tuple[list[int], list[int], int]:
+    """Packing's layout: each document goes whole into the first row with room for it, in order.
+    Returns (row of each document, its first column, rows used)."""
+    fills = np.zeros(len(lengths) + 1, dtype=np.int64)  # tokens used per row; at most one row per document
+    row_of, col_of, rows = [], [], 0
+    for n in lengths:
+        row = int(np.argmax(fills[: rows + 1] + n <= context))  # row `rows` is empty: always fits
+        row_of.append(row)
+        col_of.append(int(fills[row]))
+        fills[row] += n
+        rows = max(rows, row + 1)
+    return row_of, col_of, rows
+
+
+@functools.lru_cache(maxsize=16)
+def seen_shapes(cfg_json: str) -> tuple[tuple[int, int, int], ...]:
+    """What the estimator prices an LM run's micro-batches at: (micro-batch size, its longest
+    sequence, the rows it packs into), the most of each over the micro-batches of the run's first
+    steps (up to SEEN_SEQUENCES sequences, arranged and split as the loop does; one rank's view)
+    and over every evaluation batch. Reads lengths only where the source can (synthetic text)."""
+    from elastune.workloads import build_workload  # the registry imports this module
+
+    cfg = RunConfig.model_validate_json(cfg_json)
+    workload = build_workload(cfg)
+    context = cast(LMWorkload, workload).options.context
+    source = workload.data_source()
+    seen: dict[int, tuple[int, int]] = {}
+
+    def see(lengths: list[int]) -> None:
+        longest, rows = seen.get(len(lengths), (0, 0))
+        seen[len(lengths)] = (max(longest, max(lengths)), max(rows, first_fit(lengths, context)[2]))
+
+    effective, micro = cfg.batch.effective, cfg.batch.micro
+    for step in range(min(cfg.steps, max(1, SEEN_SEQUENCES // effective))):
+        lengths = [int(n) for n in _lengths(source, step * effective, effective)]
+        if cfg.data.bucket_by_length:
+            lengths.sort()  # arrange_step's order (equal lengths are interchangeable)
+        for start in range(0, len(lengths), micro):
+            see(lengths[start : start + micro])
+    for batch in source.eval_batches(cfg.eval.samples, cfg.eval.batch or micro):
+        see([int(n) for n in batch.dense[:, 0].tolist()])
+    return tuple((size, longest, rows) for size, (longest, rows) in sorted(seen.items()))
+
+
+def _lengths(source: DataSource, start: int, n: int) -> np.ndarray:
+    """Real lengths of the training sequences [start, start + n)."""
+    if isinstance(source, SyntheticText):
+        return source.lengths(start, n)
+    return source.read(start, n).dense[:, 0].numpy()
 
 
 class Block(nn.Module):
@@ -300,18 +366,30 @@ class LMWorkload:
         """[B, T]: under dynamic padding only up to the micro-batch's longest sequence (a traced,
         fake batch has no lengths: the estimator prices a full context)."""
         tokens = batch.sparse[:, 0, :]
-        if self.cfg.data.padding == "dynamic" and not is_fake(batch.dense) and len(batch):
-            tokens = tokens[:, : int(batch.dense.max())]
+        if self.cfg.data.padding == "dynamic" and len(batch):
+            longest = self._priced(len(batch))[0] if is_fake(batch.dense) else int(batch.dense.max())
+            tokens = tokens[:, :longest]
         return tokens
+
+    def _priced(self, n: int) -> tuple[int, int]:
+        """(longest sequence, packed rows) the estimator's trace prices a micro-batch of `n`
+        sequences at: the most the run's data shows (`seen_shapes`), else the worst case."""
+        with outside_trace():  # reads real data: neither faked nor counted
+            seen = dict((size, (longest, rows)) for size, longest, rows in seen_shapes(self.cfg.model_dump_json()))
+        return seen.get(n, (self.options.context, n))
 
     def _token_losses(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed next-token loss over real tokens, count of real targets)."""
-        if self.cfg.data.padding == "packed" and not is_fake(batch.dense) and len(batch):
-            tokens, segments, positions = self.pack(batch)
+        if self.cfg.data.padding == "packed" and len(batch):
+            if is_fake(batch.dense):  # the estimator's trace: the most rows the run's data packs into
+                tokens = batch.sparse[: self._priced(len(batch))[1], 0, :]
+                segments, positions = torch.zeros_like(tokens), torch.zeros_like(tokens)
+            else:
+                tokens, segments, positions = self.pack(batch)
             logits = model(tokens[:, :-1], segments[:, :-1], positions[:, :-1])
             # a target is the next token of the same document
             real = ((segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] >= 0)).float()
-        else:  # static, dynamic (and packed under the estimator's trace: priced as unpacked rows)
+        else:  # static, dynamic
             tokens = self._tokens(batch)
             logits = model(tokens[:, :-1])
             real = (tokens[:, 1:] != PAD).float()
@@ -327,14 +405,7 @@ class LMWorkload:
         with room for it (first fit, in order). Fewer rows than sequences when they are short."""
         context = self.options.context
         lengths = batch.dense[:, 0].long()
-        fills = np.zeros(len(batch), dtype=np.int64)  # tokens used per row; at most one row per document
-        row_of, col_of, rows = [], [], 0
-        for n in lengths.tolist():  # the lengths on the host: one sync per micro-batch
-            row = int(np.argmax(fills[: rows + 1] + n <= context))  # row `rows` is empty: always fits
-            row_of.append(row)
-            col_of.append(int(fills[row]))
-            fills[row] += n
-            rows = max(rows, row + 1)
+        row_of, col_of, rows = first_fit(lengths.tolist(), context)  # the lengths on the host: one sync
         device = batch.sparse.device
         tokens = batch.sparse[:, 0, :]
         document = torch.repeat_interleave(torch.arange(len(batch), device=device), lengths)
