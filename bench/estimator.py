@@ -14,6 +14,12 @@ the figure compared with the prediction is the highest of the repeats; the sprea
     python bench/estimator.py --device cuda --jobs 8   # on a GPU, 8 runs at a time
     python bench/estimator.py --suite two_tower        # the example two-tower workload (not DLRM)
 
+`--probe virtual` measures on EDO's virtual device instead (the CPU probe EDO trials use,
+training/probe.py `VirtualProbe`: every block of 256 KiB or more mapped on allocation and returned on
+free) and compares with the virtual device's estimate (`estimate(cfg, virtual=True)`). Its resident
+peak follows the live tensors, so identical runs agree within a few MiB: where the default CPU
+probe's figure is spread by glibc's heap, this one shows how close the trace itself comes.
+
 On CUDA the measured figure is the caching allocator's reserved peak (`cuda_reserved`); the
 allocated peak (live tensors) is reported beside it. Each process has its own allocator, so runs
 may share a GPU (`--jobs`): the memory figures do not depend on it, only wall time does.
@@ -109,7 +115,30 @@ SUITES = {
 RUN = ["steps=50", "warmup_steps=5", "eval.samples=8192"]
 
 
-def measure(overrides: list[str], device: str | None = None) -> dict[str, Any]:
+# `--probe virtual`: one training run on EDO's virtual device (no grant: nothing limits it), its figures as JSON
+VIRTUAL_RUN = """
+import json, sys
+from elastune.training.loop import train
+from elastune.training.probe import CpuProbe, VirtualProbe
+from elastune.validate import load_run_config
+result = train(load_run_config(None, sys.argv[1:]), probe=VirtualProbe(CpuProbe().total_bytes()))
+print(json.dumps({"peak_memory_bytes": result.peak_memory_bytes, "peak_memory_kind": "virtual device",
+                  "samples_per_s": result.samples_per_s}))
+"""
+
+
+def measure(overrides: list[str], device: str | None = None, probe: str = "device") -> dict[str, Any]:
+    if probe == "virtual":
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", VIRTUAL_RUN, *_run("cpu"), *overrides], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{overrides}: exit {done.returncode}\n{done.stderr[-2000:]}")
+        result = json.loads(done.stdout.splitlines()[-1])
+        result["estimated_peak_bytes"] = _virtual_estimate(overrides)
+        result["wall_s"] = time.perf_counter() - started
+        return result
     args = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
     for o in _run(device) + overrides:
         args += ["--set", o]
@@ -122,18 +151,27 @@ def measure(overrides: list[str], device: str | None = None) -> dict[str, Any]:
     return result
 
 
+def _virtual_estimate(overrides: list[str]) -> int:
+    from elastune.memory.estimate import estimate
+    from elastune.validate import load_run_config
+
+    return estimate(load_run_config(None, _run("cpu") + overrides), virtual=True).peak_bytes
+
+
 def _run(device: str | None) -> list[str]:
     return RUN + ([f"device={device}"] if device else [])
 
 
-def estimate_figures(overrides: list[str], device: str | None = None) -> dict[str, Any]:
+def estimate_figures(overrides: list[str], device: str | None = None, *, virtual: bool = False) -> dict[str, Any]:
     from elastune.memory.estimate import estimate
     from elastune.validate import load_run_config
 
     cfg = load_run_config(None, _run(device) + overrides)
-    est = estimate(cfg)
+    est = estimate(cfg, virtual=virtual)
     figures = {"estimate_s": est.seconds, "traced_peak": est.traced_peak_bytes, "breakdown": est.breakdown}
-    if est.kind == "cpu_rss_hwm":  # what the CPU heap model reads: bench/fit_overhead.py refits from these
+    if (
+        est.kind == "cpu_rss_hwm" and not virtual
+    ):  # what the CPU heap model reads: bench/fit_overhead.py refits from these
         from elastune.memory.overhead import cpu_inputs
         from elastune.memory.trace import trace
 
@@ -149,7 +187,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="fresh runs per config (the highest peak counts)")
     parser.add_argument("--device", help="run on this device (cpu, cuda, cuda:N); default: the config's `auto`")
     parser.add_argument("--jobs", type=int, default=1, help="fresh runs at a time (memory figures are per process)")
+    parser.add_argument(
+        "--probe",
+        choices=("device", "virtual"),
+        default="device",
+        help="measure with the device's own probe (default) or on EDO's virtual device (CPU)",
+    )
     args = parser.parse_args()
+    if args.probe == "virtual" and (args.device or "cpu") != "cpu":
+        parser.error(f"--probe virtual measures on the CPU; drop --device {args.device}")
     configs = SUITES[args.suite]
     picked = [int(i) for i in args.only.split(",")] if args.only else list(range(len(configs)))
     missing = _fbgemm_missing()
@@ -159,7 +205,10 @@ def main() -> None:
         picked = [i for i in picked if i not in skipped]
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {i: [pool.submit(measure, configs[i][1], args.device) for _ in range(args.repeat)] for i in picked}
+        futures = {
+            i: [pool.submit(measure, configs[i][1], args.device, args.probe) for _ in range(args.repeat)]
+            for i in picked
+        }
         rows: list[dict[str, Any]] = []
         for i in picked:
             label, overrides = configs[i]
@@ -178,7 +227,7 @@ def main() -> None:
                     "allocated": max(allocated) if len(allocated) == len(runs) else None,  # CUDA only
                     "predicted": predicted,
                     "error": error,
-                    **estimate_figures(overrides, args.device),
+                    **estimate_figures(overrides, args.device, virtual=args.probe == "virtual"),
                     "kind": r["peak_memory_kind"],
                     "spread": (min(peaks), max(peaks)),
                     "peaks": peaks,
@@ -198,6 +247,7 @@ def main() -> None:
     print(f"## Estimator: predicted vs measured peak ({rows[0]['kind']})\n")
     flags = (f" --device {args.device}" if args.device else "") + (f" --jobs {args.jobs}" if args.jobs > 1 else "")
     flags += f" --suite {args.suite}" if args.suite != "dlrm" else ""
+    flags += " --probe virtual" if args.probe == "virtual" else ""
     print(f"- command: `python bench/estimator.py{flags} --repeat {args.repeat}`; run settings {' '.join(RUN)}")
     print(
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, "
@@ -232,8 +282,9 @@ def _record(args: argparse.Namespace, rows: list[dict[str, Any]], within: int, e
     device = args.device or "cpu"
     worst = max(rows, key=lambda r: abs(r["error"]))
     suite = "" if args.suite == "dlrm" else f"-{args.suite}"
+    where = "virtual" if args.probe == "virtual" else "cuda" if device.startswith("cuda") else "cpu"
     write_record(
-        f"estimator{suite}-{'cuda' if device.startswith('cuda') else 'cpu'}",
+        f"estimator{suite}-{where}",
         f"Estimator{' (' + args.suite + ')' if suite else ''}: predicted vs measured peak ({rows[0]['kind']})",
         [
             Figure(
@@ -253,6 +304,7 @@ def _record(args: argparse.Namespace, rows: list[dict[str, Any]], within: int, e
             "repeat": args.repeat,
             "jobs": args.jobs,
             "measured": f"max of {args.repeat} fresh runs",
+            "probe": args.probe,
         },
         device=args.device,
         table={
