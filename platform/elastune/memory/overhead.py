@@ -28,7 +28,10 @@ CUDA figure is derived, not fitted.
 - Virtual device (`virtual=True`: what EDO's `VirtualProbe` measures on CPU). That probe maps
   every block of 256 KiB or more and returns it on free, so its resident set follows the live
   tensors: a step's peak is the traced peak plus a nearly constant 7 MiB (runtime, small blocks),
-  measured within ±3 MiB over bench/edo.py's 16 shapes.
+  measured within ±3 MiB over bench/edo.py's 16 DLRM shapes. Most of the constant is pages of code
+  and libraries a run touches for the first time after the baseline (a second run in the same
+  process holds 7-27 MiB less), so a model that runs more kernels holds more: two-tower 1.5-5 MiB
+  more, the LM 8-17 MiB (bench/estimator.py --probe virtual). Not modelled per workload yet.
 - CUDA (`cuda_reserved`, the caching allocator's reserved peak above the probe's baseline): the
   trace's allocations and frees, with what CUDA kernels allocate beyond them (cuda_kernels.py), are
   replayed in order through a model of PyTorch's caching allocator (cuda_allocator.py); its reserved
