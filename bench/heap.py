@@ -92,7 +92,7 @@ def main() -> None:
 def _record(args: argparse.Namespace, rows: list[list[Any]], ratios: list[tuple[str, float]]) -> None:
     from record import Figure, write_record
 
-    path = write_record(
+    write_record(
         "heap-cpu",
         "CPU heap regimes: the default probe's pinned heap against the virtual device's mapped blocks",
         [
@@ -112,7 +112,6 @@ def _record(args: argparse.Namespace, rows: list[list[Any]], ratios: list[tuple[
             "rows": rows,
         },
     )
-    print(f"record: {path.relative_to(path.parents[2])} (render bench/RESULTS.md: python bench/render.py)")
 
 
 if __name__ == "__main__":
