@@ -129,19 +129,11 @@ print(json.dumps({"peak_memory_bytes": result.peak_memory_bytes, "peak_memory_ki
 
 def measure(overrides: list[str], device: str | None = None, probe: str = "device") -> dict[str, Any]:
     if probe == "virtual":
-        started = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-c", VIRTUAL_RUN, *_run("cpu"), *overrides], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{overrides}: exit {done.returncode}\n{done.stderr[-2000:]}")
-        result = json.loads(done.stdout.splitlines()[-1])
-        result["estimated_peak_bytes"] = _virtual_estimate(overrides)
-        result["wall_s"] = time.perf_counter() - started
-        return result
-    args = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
-    for o in _run(device) + overrides:
-        args += ["--set", o]
+        args = [sys.executable, "-c", VIRTUAL_RUN, *_run("cpu"), *overrides]
+    else:
+        args = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
+        for o in _run(device) + overrides:
+            args += ["--set", o]
     started = time.perf_counter()
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -149,13 +141,6 @@ def measure(overrides: list[str], device: str | None = None, probe: str = "devic
     result = json.loads(done.stdout)
     result["wall_s"] = time.perf_counter() - started
     return result
-
-
-def _virtual_estimate(overrides: list[str]) -> int:
-    from elastune.memory.estimate import estimate
-    from elastune.validate import load_run_config
-
-    return estimate(load_run_config(None, _run("cpu") + overrides), virtual=True).peak_bytes
 
 
 def _run(device: str | None) -> list[str]:
@@ -168,10 +153,14 @@ def estimate_figures(overrides: list[str], device: str | None = None, *, virtual
 
     cfg = load_run_config(None, _run(device) + overrides)
     est = estimate(cfg, virtual=virtual)
-    figures = {"estimate_s": est.seconds, "traced_peak": est.traced_peak_bytes, "breakdown": est.breakdown}
-    if (
-        est.kind == "cpu_rss_hwm" and not virtual
-    ):  # what the CPU heap model reads: bench/fit_overhead.py refits from these
+    figures = {
+        "predicted": est.peak_bytes,
+        "estimate_s": est.seconds,
+        "traced_peak": est.traced_peak_bytes,
+        "breakdown": est.breakdown,
+    }
+    # what the CPU heap model reads: bench/fit_overhead.py refits from these
+    if est.kind == "cpu_rss_hwm" and not virtual:
         from elastune.memory.overhead import cpu_inputs
         from elastune.memory.trace import trace
 
@@ -215,8 +204,9 @@ def main() -> None:
             runs = [f.result() for f in futures[i]]
             peaks = [run["peak_memory_bytes"] for run in runs]
             allocated: list[int] = [run["peak_allocated_bytes"] for run in runs if run.get("peak_allocated_bytes")]
-            r = runs[0]
-            measured, predicted = max(peaks), r["estimated_peak_bytes"]
+            # the prediction for the probe measured (`elastune train` reports the same one for its own)
+            figures = estimate_figures(overrides, args.device, virtual=args.probe == "virtual")
+            measured, predicted = max(peaks), figures["predicted"]
             error = (predicted - measured) / measured
             rows.append(
                 {
@@ -225,10 +215,9 @@ def main() -> None:
                     "overrides": overrides,
                     "measured": measured,
                     "allocated": max(allocated) if len(allocated) == len(runs) else None,  # CUDA only
-                    "predicted": predicted,
                     "error": error,
-                    **estimate_figures(overrides, args.device, virtual=args.probe == "virtual"),
-                    "kind": r["peak_memory_kind"],
+                    **figures,
+                    "kind": runs[0]["peak_memory_kind"],
                     "spread": (min(peaks), max(peaks)),
                     "peaks": peaks,
                     "allocated_peaks": allocated,

@@ -64,13 +64,21 @@ def write_lm_sweep(tracking_uri: str, sweep_id: str = "sw-ui-lm") -> SweepRecord
         reference_quality=40.0,
         started_at=time.time() - 60,
     )
-    tracker = SweepTracker(tracking_uri)
-    tracker.start_sweep(record)
+    trials = []
     for number, (padding, sps, tokens) in enumerate([("static", 300.0, 11_000.0), ("packed", 900.0, 33_000.0)]):
         trial = _trial(number, "ok", sps, 250 * 2**20, 260 * 2**20, **{"data.padding": padding, "batch.micro": 32})
         trial.units, trial.units_per_s = "tokens", tokens
         trial.val_logloss = trial.val_auc = None
         trial.quality, trial.metrics = 41.0 + number, {"perplexity": 41.0 + number, "loss": 3.7}
+        trials.append(trial)
+    return _finished(tracking_uri, record, trials)
+
+
+def _finished(tracking_uri: str, record: SweepRecord, trials: list[TrialRecord]) -> SweepRecord:
+    """`record` written to the MLflow store as a sweep that ran `trials`, in order, and finished."""
+    tracker = SweepTracker(tracking_uri)
+    tracker.start_sweep(record)
+    for trial in trials:
         record.trials.append(trial)
         tracker.log_trial(record, trial)
     record.status, record.ended_at = "finished", time.time()
@@ -99,14 +107,7 @@ def write_sweep(tracking_uri: str, sweep_id: str = "sw-ui-1") -> SweepRecord:
         _trial(4, "infeasible", None, None, 400 * mib, **{"embedding.strategy": "full", "batch.micro": 2048}),
         _trial(5, "oom", None, None, 190 * mib, **{"embedding.strategy": "int8", "batch.micro": 2048}),
     ]
-    tracker = SweepTracker(tracking_uri)
-    tracker.start_sweep(record)
-    for trial in trials:
-        record.trials.append(trial)
-        tracker.log_trial(record, trial)
-    record.status, record.ended_at = "finished", time.time()
-    tracker.finish_sweep(record)
-    return record
+    return _finished(tracking_uri, record, trials)
 
 
 def write_pruned_sweep(tracking_uri: str, sweep_id: str = "sw-ui-pruned") -> SweepRecord:
@@ -141,14 +142,7 @@ def write_pruned_sweep(tracking_uri: str, sweep_id: str = "sw-ui-pruned") -> Swe
         "CUDA out of memory. Tried to allocate 1.50 GiB (GPU 0; 15.77 GiB total capacity; 13.2 GiB already allocated)"
     )
     screened = _trial(3, "infeasible", None, None, 900 * mib, **dict(zip(searched, configs[2], strict=True)))
-    tracker = SweepTracker(tracking_uri)
-    tracker.start_sweep(record)
-    for trial in (reference, confirmed, pruned, oom, screened):
-        record.trials.append(trial)
-        tracker.log_trial(record, trial)
-    record.status, record.ended_at = "finished", time.time()
-    tracker.finish_sweep(record)
-    return record
+    return _finished(tracking_uri, record, [reference, confirmed, pruned, oom, screened])
 
 
 @pytest.fixture(scope="module")

@@ -165,7 +165,7 @@ class SyntheticText:
 def first_fit(lengths: Sequence[int], context: int) -> tuple[list[int], list[int], int]:
     """Packing's layout: each document goes whole into the first row with room for it, in order.
     Returns (row of each document, its first column, rows used)."""
-    fills = np.zeros(len(lengths) + 1, dtype=np.int64)  # tokens used per row; at most one row per document
+    fills = np.zeros(len(lengths), dtype=np.int64)  # tokens used per row; at most one row per document
     row_of, col_of, rows = [], [], 0
     for n in lengths:
         row = int(np.argmax(fills[: rows + 1] + n <= context))  # row `rows` is empty: always fits
@@ -364,7 +364,7 @@ class LMWorkload:
 
     def _tokens(self, batch: Batch) -> torch.Tensor:
         """[B, T]: under dynamic padding only up to the micro-batch's longest sequence (a traced,
-        fake batch has no lengths: the estimator prices a full context)."""
+        fake batch has no lengths: the longest the run's data shows, `_priced`)."""
         tokens = batch.sparse[:, 0, :]
         if self.cfg.data.padding == "dynamic" and len(batch):
             longest = self._priced(len(batch))[0] if is_fake(batch.dense) else int(batch.dense.max())
