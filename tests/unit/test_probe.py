@@ -55,3 +55,40 @@ def test_pinned_heap_keeps_blocks_under_32_mib_in_the_heap_and_maps_larger_ones(
     assert pinned_20 < 4 * MiB
     # ... and a larger one is mapped and handed back on free.
     assert pinned_40 > 36 * MiB
+
+
+# A first run faults in pages of code and libraries (file-backed), and a Ray worker maps the object
+# store (shared memory): the virtual device stands in for a GPU, which holds neither, so it counts
+# anonymous memory only, while the default CPU probe counts the whole resident set.
+FILE_PAGES = textwrap.dedent(
+    """
+    import json, mmap, sys, torch
+    from elastune.training.probe import CpuProbe, VirtualProbe
+    MiB = 2**20
+    probe = CpuProbe() if sys.argv[1] == "cpu" else VirtualProbe(capacity_bytes=2**30)
+    with open(sys.argv[2], "rb") as f:
+        pages = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        probe.reset()
+        touched = sum(pages[i] for i in range(0, len(pages), mmap.PAGESIZE))  # 32 MiB of file pages
+        file_only = probe.window_peak()
+        block = torch.ones(16 * MiB // 4)  # and 16 MiB of anonymous memory
+        both = probe.window_peak()
+    print(json.dumps([file_only, both]))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+@pytest.mark.parametrize("probe", ["cpu", "virtual"])
+def test_the_virtual_device_leaves_file_backed_pages_out(probe: str, tmp_path) -> None:
+    data = tmp_path / "pages.bin"
+    data.write_bytes(bytes(range(256)) * (32 * MiB // 256))
+    done = subprocess.run(
+        [sys.executable, "-c", FILE_PAGES, probe, str(data)], capture_output=True, text=True, check=True
+    )
+    file_only, both = json.loads(done.stdout)
+    if probe == "cpu":  # the whole resident set: the file's pages count
+        assert file_only > 28 * MiB, file_only
+    else:
+        assert file_only < 4 * MiB, file_only
+        assert 14 * MiB < both < 20 * MiB, both  # the anonymous block is measured, the file is not

@@ -12,7 +12,8 @@ What each probe measures:
   peak is of the measured window only, never of what ran before. The probe also pins glibc's
   malloc to one fixed regime (`pin_heap`), without which the same run's peak is not reproducible.
 - Virtual (EDO on a machine without a GPU): a device of configured capacity whose use is this
-  process's CPU figures above. See `VirtualProbe`.
+  process's anonymous resident memory (the CPU figures above without file-backed and shared
+  pages). See `VirtualProbe`.
 
 EDO (edo/client.py) also needs per-step peaks and a limit: `ElasticProbe.window_peak` measures
 since the last step boundary while `peak()` keeps covering the whole run, and `set_limit` holds the
@@ -93,12 +94,23 @@ class ElasticProbe(DeviceProbe, Protocol):
 
 
 class CpuProbe:
-    """Resident-set high-water mark of this process, above a baseline (Linux /proc)."""
+    """Resident-set high-water mark of this process, above a baseline (Linux /proc).
+
+    With `anonymous`, only anonymous memory counts (heap, mapped blocks, stacks): the pages of code
+    and libraries a run faults in for the first time (file-backed) and shared memory (Ray's object
+    store) are left out. They are what a GPU never holds and what the processes of a node share,
+    yet a first run touches tens of MiB of them (measured: the file-backed resident set grows by
+    ~55 MiB during a first LM run). Linux keeps one high-water mark, of the whole resident set, so
+    the anonymous peak is that mark less the file-backed and shared pages resident when the window
+    closes; file pages faulted in after the peak within the window make the figure low by as much
+    (EDO closes a window every step, bench/estimator.py once per run).
+    """
 
     kind = "cpu_rss_hwm"
 
-    def __init__(self, proc: Path = Path("/proc/self")) -> None:
+    def __init__(self, proc: Path = Path("/proc/self"), *, anonymous: bool = False) -> None:
         self._proc = proc
+        self._anonymous = anonymous
         self._baseline = 0
         self._resettable = True
         self._run_peak = 0  # the highest of the closed windows (window_peak resets VmHWM)
@@ -109,7 +121,7 @@ class CpuProbe:
         # baseline and serve this run's first allocations unseen (a trial process runs many runs).
         trim_heap()
         self._clear_hwm()
-        self._baseline = self._status_kib("VmRSS") * 1024
+        self._baseline = self._status_kib("RssAnon" if self._anonymous else "VmRSS") * 1024
         self._run_peak = 0
 
     def peak(self) -> MemoryPeak:
@@ -121,7 +133,9 @@ class CpuProbe:
                 "cannot reset the resident-memory high-water mark (/proc/self/clear_refs is not "
                 "writable here), so a peak of this run alone cannot be measured"
             )
-        window = max(0, self._status_kib("VmHWM") * 1024 - self._baseline)
+        status = self._status()
+        high = status["VmHWM"] - (status["RssFile"] + status["RssShmem"] if self._anonymous else 0)
+        window = max(0, high * 1024 - self._baseline)
         if reset:
             self._run_peak = max(self._run_peak, window)
             self._clear_hwm()
@@ -136,16 +150,29 @@ class CpuProbe:
             self._resettable = False
 
     def current_bytes(self) -> int:
-        return max(0, self._status_kib("VmRSS") * 1024 - self._baseline)
+        return max(0, self._status_kib("RssAnon" if self._anonymous else "VmRSS") * 1024 - self._baseline)
 
     def total_bytes(self) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
-    def _status_kib(self, field: str) -> int:
+    def _status(self) -> dict[str, int]:
+        """The memory fields of /proc/<pid>/status, in KiB, read at one instant."""
+        fields = {}
         for line in (self._proc / "status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-        raise RuntimeError(f"{field} not found in {self._proc / 'status'}")
+            name, _, value = line.partition(":")
+            if name in _STATUS_FIELDS:
+                fields[name] = int(value.split()[0])
+        missing = _STATUS_FIELDS - fields.keys()
+        if missing:
+            raise RuntimeError(f"{', '.join(sorted(missing))} not found in {self._proc / 'status'}")
+        return fields
+
+    def _status_kib(self, field: str) -> int:
+        return self._status()[field]
+
+
+# What the probe reads (RssAnon, RssFile and RssShmem since Linux 4.5)
+_STATUS_FIELDS = frozenset({"VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"})
 
 
 class CudaProbe:
@@ -215,8 +242,10 @@ class VirtualProbe:
     """A device of `capacity_bytes` that exists only in EDO's books: what stands in for a GPU on a
     machine without one, so EDO's whole protocol runs (and is tested) on CPUs.
 
-    Use is measured, not modelled: this process's resident-set figures above its baseline, exactly
-    as `CpuProbe` measures them. One adjustment makes them follow the memory the trial frees: glibc
+    Use is measured, not modelled: this process's anonymous resident memory above its baseline
+    (`CpuProbe` with `anonymous`: what a device would hold; the pages of code a first run faults in
+    and Ray's shared object store are left out, as a GPU never holds them). One adjustment makes
+    the figures follow the memory the trial frees: glibc
     keeps freed heap blocks resident and raises its mmap threshold as large blocks are freed (up to
     32 MiB), so a trial that shrinks its micro-batch would not see its resident set fall. The probe
     therefore fixes the threshold (mallopt) so that every block of 256 KiB or more is mapped on
@@ -231,12 +260,12 @@ class VirtualProbe:
     with it at the step boundary (`enforces_limit = False`).
     """
 
-    kind = CpuProbe.kind  # the figures are the CPU probe's
+    kind = CpuProbe.kind  # the figures are the CPU probe's (its anonymous part)
     enforces_limit = False
 
     def __init__(self, capacity_bytes: int, proc: Path = Path("/proc/self")) -> None:
         self.capacity_bytes = int(capacity_bytes)
-        self._cpu = CpuProbe(proc)
+        self._cpu = CpuProbe(proc, anonymous=True)
         self._limit: int | None = None
         _map_large_blocks()
 
