@@ -145,8 +145,8 @@ def test_plan_demand_prices_the_configured_and_the_smallest_shape(tiny_cfg: Make
 
 
 def test_plan_demand_pads_small_trials_by_the_virtual_devices_spread(tiny_cfg: MakeCfg) -> None:
-    # 10% over the estimate, but never less than 4 MiB: the virtual device's step peak is the
-    # traced peak + 7 MiB within ±3 MiB, which is more than 10% of a trial this small.
+    # 10% over the estimate, but never less than 5 MiB: the virtual device's step peak is the
+    # traced peak + 5 MiB, up to 5 MiB more on some configs, which is more than 10% of a trial this small.
     from elastune.edo.client import DEMAND_PADDING_MIN, plan_demand
     from elastune.memory.estimate import estimate
 

@@ -211,6 +211,30 @@ def test_virtual_device_prediction_follows_the_traced_peak() -> None:
     assert cpu > 1.3 * measured  # the heap model would over-ask: the regimes differ
 
 
+def test_the_lm_in_bf16_is_priced_within_10_percent_on_the_virtual_device() -> None:
+    # The LM's loss holds the most memory of its step (logits over the vocabulary, in fp32), and in
+    # bf16 on this kind of CPU the matmuls run through oneDNN, whose primitive cache the trace
+    # cannot see (overhead.py). Measured 17% over the prediction before the loss stopped taking a
+    # log-softmax over a transposed view (its hidden contiguous copy) and the cache was priced.
+    args = [
+        "workload=lm",
+        "workload_options={layers: 2, heads: 4, context: 128, vocab: 4096, mean_length: 40}",
+        "model.embedding_dim=64",
+        "batch.micro=16",
+        "precision=bf16",
+        "steps=6",
+        "warmup_steps=1",
+        "eval.samples=512",
+        "device=cpu",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", _VIRTUAL_RUN, json.dumps(args)], capture_output=True, text=True, check=True, timeout=300
+    )
+    measured = int(done.stdout.split()[-1])
+    predicted = estimate(load_run_config(None, args), virtual=True).peak_bytes
+    assert abs(predicted - measured) / measured < 0.10, (predicted, measured)
+
+
 @pytest.mark.parametrize("bad", ["batch.micro=0", "precision=fp8"])
 def test_estimate_refuses_bad_configs_before_tracing(bad: str) -> None:
     from elastune.errors import ConfigError

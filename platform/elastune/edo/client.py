@@ -55,7 +55,7 @@ BEATS_PER_INTERVAL = 3  # lease renewals per heartbeat interval (the lease is 1.
 SHRINK_ATTEMPTS = 3  # re-shapes tried before a shrink is confirmed regardless (then enforced)
 GROW_MARGIN = 0.05  # growing needs this much room beyond the prediction, shrinking only `headroom`
 DEMAND_PADDING = 0.10  # plan_demand's margin over the estimate: the estimator's ±10% goal,
-DEMAND_PADDING_MIN = 4 * 2**20  # and at least the virtual device's spread around its fixed 7 MiB (±3 MiB)
+DEMAND_PADDING_MIN = 5 * 2**20  # and at least the virtual device's spread above its fixed 5 MiB (+5 MiB)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,15 @@ CUDA figure is derived, not fitted.
   at once with almost no fragmentation, unlike glibc. Tables over 32 MiB dominate large configs and
   are predicted within a few percent by the trace alone.
 - Virtual device (`virtual=True`: what EDO's `VirtualProbe` measures on CPU). That probe maps
-  every block of 256 KiB or more and returns it on free, so its resident set follows the live
-  tensors: a step's peak is the traced peak plus a nearly constant 7 MiB (runtime, small blocks),
-  measured within ±3 MiB over bench/edo.py's 16 DLRM shapes. Most of the constant is pages of code
-  and libraries a run touches for the first time after the baseline (a second run in the same
-  process holds 7-27 MiB less), so a model that runs more kernels holds more: two-tower 1.5-5 MiB
-  more, the LM 8-17 MiB (bench/estimator.py --probe virtual). Not modelled per workload yet.
+  every block of 256 KiB or more and returns it on free, and counts anonymous memory only (the
+  pages of code a first run faults in are left out), so its figure follows the live tensors: a
+  run's peak is the traced peak plus a nearly constant 5 MiB (runtime, blocks under the threshold,
+  Python objects made on first use), which spreads by workload and config from -3 to +5 MiB
+  around it (bench/estimator.py --probe virtual over the DLRM, two-tower and LM suites: 46 of 47
+  within ±10%). Where bf16 matmuls run through oneDNN (a CPU with AVX-512), another 6 MiB: oneDNN
+  keeps each matmul shape's primitive, with its scratch, in a cache (measured: disabling the cache
+  takes 5-6 MiB off a bf16 run, ONEDNN_PRIMITIVE_CACHE_CAPACITY=0). fp16 takes the same path on a
+  CPU with AVX-512-FP16 or AMX, priced the same but not measured (this one has neither).
 - CUDA (`cuda_reserved`, the caching allocator's reserved peak above the probe's baseline): the
   trace's allocations and frees, with what CUDA kernels allocate beyond them (cuda_kernels.py), are
   replayed in order through a model of PyTorch's caching allocator (cuda_allocator.py); its reserved
@@ -44,13 +47,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import torch
+
 from elastune.config import RunConfig
 from elastune.memory.live_bytes import LiveBytes
 
 __all__ = ["CPU_FIT", "CpuFit", "CpuInputs", "cpu_inputs", "cpu_other", "other_bytes"]
 
 _MiB = 2**20
-_VIRTUAL_FIXED = 7 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
+_VIRTUAL_FIXED = 5 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
+_VIRTUAL_ONEDNN = 6 * _MiB  # and oneDNN's primitive cache, where bf16 matmuls run through oneDNN
 
 
 @dataclass(frozen=True)
@@ -115,5 +121,15 @@ def other_bytes(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool
         assert tracker.cuda is not None
         return max(0, tracker.cuda.peak_reserved - tracker.peak)
     if virtual:
-        return _VIRTUAL_FIXED
+        return _VIRTUAL_FIXED + (_VIRTUAL_ONEDNN if _onednn_matmuls(cfg.precision) else 0)
     return cpu_other(cpu_inputs(cfg, tracker))
+
+
+def _onednn_matmuls(precision: str) -> bool:
+    """Whether this CPU's torch runs `precision`'s matmuls through oneDNN (bf16 with AVX-512, fp16
+    with AVX-512-FP16 or AMX); elsewhere torch's own kernels run them, with no primitive cache."""
+    if precision == "bf16":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    if precision == "fp16":
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    return False
