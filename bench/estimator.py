@@ -16,9 +16,10 @@ the figure compared with the prediction is the highest of the repeats; the sprea
 
 `--probe virtual` measures on EDO's virtual device instead (the CPU probe EDO trials use,
 training/probe.py `VirtualProbe`: every block of 256 KiB or more mapped on allocation and returned on
-free) and compares with the virtual device's estimate (`estimate(cfg, virtual=True)`). Its resident
-peak follows the live tensors, so identical runs agree within a few MiB: where the default CPU
-probe's figure is spread by glibc's heap, this one shows how close the trace itself comes.
+free, anonymous memory only) and compares with the virtual device's estimate (`estimate(cfg,
+virtual=True)`). Its peak follows the live tensors, so identical runs agree within a few MiB: where
+the default CPU probe's figure is spread by glibc's heap, this one shows how close the trace itself
+comes.
 
 On CUDA the measured figure is the caching allocator's reserved peak (`cuda_reserved`); the
 allocated peak (live tensors) is reported beside it. Each process has its own allocator, so runs

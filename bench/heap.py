@@ -8,7 +8,10 @@ that differs run to run, and where block sizes vary (an LM with dynamic padding)
 more the longer a run goes. The mapped regime's peak follows the live tensors, so identical runs
 agree within a few MiB and the estimator can be held to it, but every fresh mapping pays its page
 faults. This benchmark measures both, interleaved (pinned, mapped, pinned, mapped, ...), each run
-a fresh process: samples/s (the median of the rounds) and the resident peak of every run.
+a fresh process: samples/s (the median of the rounds) and the peak of every run, each as its probe
+reports it: the pinned one the whole resident set (as `elastune train` does), the mapped one
+anonymous memory only (the virtual device leaves out the pages of code a run faults in, 5-20 MiB
+of a first run; records before 2026-11-26 09:00 counted them in both).
 
     python bench/heap.py                   # 2 rounds, 120 steps a run
     python bench/heap.py --rounds 3 --steps 200

@@ -100,8 +100,8 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart.
     # Padded by the estimator's error goal: a trial whose smallest shape measures 1% over a bare
     # estimate has nothing left to shrink and fails. And by at least the virtual device's own
-    # spread (±3 MiB): a small trial's tables dominate every shape, so 10% of a small estimate is
-    # less than that spread at every micro-batch down to 1.
+    # spread (up to 5 MiB over its fixed 5 MiB, memory/overhead.py): a small trial's tables dominate
+    # every shape, so 10% of a small estimate is less than that spread at every micro-batch down to 1.
     def priced(c: RunConfig) -> int:
         predicted = estimate(c, virtual=True).peak_bytes
         return predicted + max(int(predicted * DEMAND_PADDING), DEMAND_PADDING_MIN)
