@@ -128,8 +128,10 @@ def other_bytes(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool
 def _onednn_matmuls(precision: str) -> bool:
     """Whether this CPU's torch runs `precision`'s matmuls through oneDNN (bf16 with AVX-512, fp16
     with AVX-512-FP16 or AMX); elsewhere torch's own kernels run them, with no primitive cache."""
-    if precision == "bf16":
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    if precision == "fp16":
-        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
-    return False
+    check = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}.get(precision)
+    if check is None or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        return bool(getattr(torch.ops.mkldnn, check)())
+    except (AttributeError, RuntimeError):  # a build without these ops runs no oneDNN matmuls
+        return False
