@@ -186,6 +186,14 @@ print(result.peak_memory_bytes)
 """
 
 
+def _virtual_peak(args: list[str]) -> int:
+    """The peak of one training run of `args` on EDO's virtual device, in a fresh process."""
+    done = subprocess.run(
+        [sys.executable, "-c", _VIRTUAL_RUN, json.dumps(args)], capture_output=True, text=True, check=True, timeout=300
+    )
+    return int(done.stdout.split()[-1])
+
+
 def test_virtual_device_prediction_follows_the_traced_peak() -> None:
     # EDO's virtual device maps every large block and returns it on free, so its peak is the traced
     # peak plus a small constant; the prediction must be close to it, not to the CPU heap model.
@@ -199,10 +207,7 @@ def test_virtual_device_prediction_follows_the_traced_peak() -> None:
         "eval.batch=256",
         "device=cpu",
     ]
-    done = subprocess.run(
-        [sys.executable, "-c", _VIRTUAL_RUN, json.dumps(args)], capture_output=True, text=True, check=True, timeout=300
-    )
-    measured = int(done.stdout.split()[-1])
+    measured = _virtual_peak(args)
     cfg = load_run_config(None, args)
     virtual, cpu = estimate(cfg, virtual=True).peak_bytes, estimate(cfg).peak_bytes
     # One run's virtual peak varies (51-58 MB seen for this config under a loaded CI worker): the
@@ -227,10 +232,7 @@ def test_the_lm_in_bf16_is_priced_within_10_percent_on_the_virtual_device() -> N
         "eval.samples=512",
         "device=cpu",
     ]
-    done = subprocess.run(
-        [sys.executable, "-c", _VIRTUAL_RUN, json.dumps(args)], capture_output=True, text=True, check=True, timeout=300
-    )
-    measured = int(done.stdout.split()[-1])
+    measured = _virtual_peak(args)
     predicted = estimate(load_run_config(None, args), virtual=True).peak_bytes
     assert abs(predicted - measured) / measured < 0.10, (predicted, measured)
 

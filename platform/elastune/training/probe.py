@@ -111,6 +111,7 @@ class CpuProbe:
     def __init__(self, proc: Path = Path("/proc/self"), *, anonymous: bool = False) -> None:
         self._proc = proc
         self._anonymous = anonymous
+        self._resident = "RssAnon" if anonymous else "VmRSS"  # what is resident now, in /proc's status
         self._baseline = 0
         self._resettable = True
         self._run_peak = 0  # the highest of the closed windows (window_peak resets VmHWM)
@@ -121,7 +122,7 @@ class CpuProbe:
         # baseline and serve this run's first allocations unseen (a trial process runs many runs).
         trim_heap()
         self._clear_hwm()
-        self._baseline = self._status_kib("RssAnon" if self._anonymous else "VmRSS") * 1024
+        self._baseline = self._status_kib(self._resident)[0] * 1024
         self._run_peak = 0
 
     def peak(self) -> MemoryPeak:
@@ -133,8 +134,11 @@ class CpuProbe:
                 "cannot reset the resident-memory high-water mark (/proc/self/clear_refs is not "
                 "writable here), so a peak of this run alone cannot be measured"
             )
-        status = self._status()
-        high = status["VmHWM"] - (status["RssFile"] + status["RssShmem"] if self._anonymous else 0)
+        if self._anonymous:  # one read: the mark and the pages to take off it at one instant
+            hwm, file_backed, shared = self._status_kib("VmHWM", "RssFile", "RssShmem")
+            high = hwm - file_backed - shared
+        else:
+            (high,) = self._status_kib("VmHWM")
         window = max(0, high * 1024 - self._baseline)
         if reset:
             self._run_peak = max(self._run_peak, window)
@@ -150,29 +154,23 @@ class CpuProbe:
             self._resettable = False
 
     def current_bytes(self) -> int:
-        return max(0, self._status_kib("RssAnon" if self._anonymous else "VmRSS") * 1024 - self._baseline)
+        return max(0, self._status_kib(self._resident)[0] * 1024 - self._baseline)
 
     def total_bytes(self) -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
-    def _status(self) -> dict[str, int]:
-        """The memory fields of /proc/<pid>/status, in KiB, read at one instant."""
-        fields = {}
+    def _status_kib(self, *fields: str) -> list[int]:
+        """`fields` of /proc/<pid>/status in KiB, from one read (RssAnon, RssFile and RssShmem
+        appeared in Linux 4.5)."""
+        found = {}
         for line in (self._proc / "status").read_text().splitlines():
             name, _, value = line.partition(":")
-            if name in _STATUS_FIELDS:
-                fields[name] = int(value.split()[0])
-        missing = _STATUS_FIELDS - fields.keys()
+            if name in fields:
+                found[name] = int(value.split()[0])
+        missing = [f for f in fields if f not in found]
         if missing:
-            raise RuntimeError(f"{', '.join(sorted(missing))} not found in {self._proc / 'status'}")
-        return fields
-
-    def _status_kib(self, field: str) -> int:
-        return self._status()[field]
-
-
-# What the probe reads (RssAnon, RssFile and RssShmem since Linux 4.5)
-_STATUS_FIELDS = frozenset({"VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"})
+            raise RuntimeError(f"{', '.join(missing)} not found in {self._proc / 'status'}")
+        return [found[f] for f in fields]
 
 
 class CudaProbe:
@@ -245,9 +243,9 @@ class VirtualProbe:
     Use is measured, not modelled: this process's anonymous resident memory above its baseline
     (`CpuProbe` with `anonymous`: what a device would hold; the pages of code a first run faults in
     and Ray's shared object store are left out, as a GPU never holds them). One adjustment makes
-    the figures follow the memory the trial frees: glibc
-    keeps freed heap blocks resident and raises its mmap threshold as large blocks are freed (up to
-    32 MiB), so a trial that shrinks its micro-batch would not see its resident set fall. The probe
+    the figures follow the memory the trial frees: glibc keeps freed heap blocks resident and
+    raises its mmap threshold as large blocks are freed (up to 32 MiB), so a trial that shrinks its
+    micro-batch would not see its resident set fall. The probe
     therefore fixes the threshold (mallopt) so that every block of 256 KiB or more is mapped on
     allocation and unmapped on free: after a shrink the next step's peak is the smaller one. Blocks
     under the threshold still churn in the heap (a small, bounded part). On a C library without
