@@ -4,29 +4,38 @@ checks a running one)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from elastune import doctor
 from elastune.cli import main
+from elastune.cli.doctor import doctor_table
 from elastune.doctor.findings import (
     Finding,
     Listener,
     Node,
+    TempFolder,
     judge_gpus,
     judge_home,
     judge_listeners,
     judge_precision,
     judge_ray,
+    judge_ray_temp,
     judge_store,
     server_owner,
 )
+from elastune.doctor.gather import check_ray_temp, temp_folder
+from rich.console import Console
 
 GiB = 2**30
 
@@ -58,15 +67,40 @@ def test_a_cluster_that_cannot_be_used_fails_with_its_fix() -> None:
 
 def test_a_cluster_is_counted_and_its_token_judged() -> None:
     nodes = [Node("10.0.0.5", 8, 2), Node("10.0.0.6", 4, 0.5)]
-    with_token = judge_ray("10.0.0.5:6379", None, nodes, token=True)
+    with_token = judge_ray("10.0.0.5:6379", None, nodes, token=True, requires_token=True)
     assert with_token.status == "ok"
-    assert with_token.details == {"address": "10.0.0.5:6379", "nodes": 2, "cpus": 12, "gpus": 2.5, "token_auth": True}
-    assert "2 node(s) with 12 CPU(s) and 2.5 GPU(s)" in with_token.finding
-    assert judge_ray("127.0.0.1:6379", None, nodes, token=False).status == "ok"  # loopback: this machine only
-    open_cluster = judge_ray("10.0.0.5:6379", None, nodes, token=False)
-    assert open_cluster.status == "warn"
-    assert "RAY_AUTH_MODE=token" in open_cluster.fix
-    assert judge_ray("10.0.0.5:6379", None, [], token=True).status == "fail"
+    assert with_token.details == {
+        "address": "10.0.0.5:6379",
+        "nodes": 2,
+        "cpus": 12,
+        "gpus": 2.5,
+        "token_auth": True,
+        "requires_token": True,
+    }
+    assert "2 node(s) with 12 CPU(s) and 2.5 GPU(s); it requires a token" in with_token.finding
+    assert judge_ray("10.0.0.5:6379", None, [], token=True, requires_token=True).status == "fail"
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:6379", "10.0.0.5:6379"])
+@pytest.mark.parametrize(("token", "requires_token"), [(False, None), (True, False)])
+def test_a_cluster_without_token_auth_fails_on_loopback_too(address: str, token: bool, requires_token: bool) -> None:
+    # A client without a token that read the nodes, or one with a token whose tokenless twin was let in.
+    found = judge_ray(address, None, [Node("10.0.0.5", 8, 0)], token=token, requires_token=requires_token)
+    assert found.status == "fail"
+    assert found.details["requires_token"] is False
+    assert "takes clients without a token" in found.finding
+    reach = "every user of this machine" if address.startswith("127.") else "anyone who reaches it"
+    assert reach in found.finding
+    for command in ("RAY_AUTH_MODE=token", "--node-ip-address=127.0.0.1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0"):
+        assert command in found.fix
+
+
+def test_a_cluster_whose_token_need_could_not_be_told_is_a_warning() -> None:
+    why = "a client without a token got no answer within 8 s"
+    found = judge_ray("10.0.0.5:6379", None, [Node("10.0.0.5", 8, 0)], token=True, requires_token=why)
+    assert (found.status, found.details["requires_token"]) == ("warn", None)
+    assert why in found.finding
+    assert "RAY_AUTH_MODE=disabled ray status --address 10.0.0.5:6379" in found.fix
 
 
 @pytest.mark.parametrize(
@@ -88,20 +122,110 @@ def test_server_processes_are_told_apart(name: str, cmdline: list[str], owner: s
     assert server_owner(name, cmdline) == owner
 
 
-def test_only_sockets_beyond_loopback_are_a_warning() -> None:
+LOOPBACK_RAY = [
+    Listener("ray", "gcs_server", 10, "127.0.0.1", 6379),
+    Listener("ray", "raylet", 11, "::1", 7000),
+    Listener("ray", "raylet", 11, "::ffff:127.0.0.1", 7001),  # a dual-stack socket's IPv4 loopback
+]
+
+
+def test_mlflow_or_ui_sockets_beyond_loopback_are_a_warning() -> None:
     assert judge_listeners([]).status == "ok"
-    loopback = [
-        Listener("ray", "gcs_server", 10, "127.0.0.1", 6379),
-        Listener("ray", "raylet", 11, "::1", 7000),
-        Listener("ray", "raylet", 11, "::ffff:127.0.0.1", 7001),  # a dual-stack socket's IPv4 loopback
-    ]
-    assert judge_listeners(loopback).status == "ok"
-    exposed = judge_listeners([*loopback, Listener("mlflow", "mlflow", 12, "0.0.0.0", 5000)])
+    assert judge_listeners(LOOPBACK_RAY).status == "ok"
+    exposed = judge_listeners([*LOOPBACK_RAY, Listener("mlflow", "mlflow", 12, "0.0.0.0", 5000)])
     assert exposed.status == "warn"
     assert "mlflow mlflow on 0.0.0.0:5000 (every interface)" in exposed.finding
-    assert "127.0.0.1" in exposed.fix
+    assert "mlflow server --host 127.0.0.1" in exposed.fix and "ray start" not in exposed.fix
     public = judge_listeners([Listener("elastune", "elastune", 13, "192.168.1.20", 8710)])
     assert (public.status, "192.168.1.20:8710" in public.finding) == ("warn", True)
+
+
+@pytest.mark.parametrize("ip", ["0.0.0.0", "::", "192.168.1.20"])
+def test_any_ray_socket_beyond_loopback_is_a_failure(ip: str) -> None:
+    mlflow = Listener("mlflow", "mlflow", 12, "0.0.0.0", 5000)
+    found = judge_listeners([*LOOPBACK_RAY, mlflow, Listener("ray", "raylet", 11, ip, 7002)])
+    assert found.status == "fail"
+    assert found.finding.startswith("listening beyond loopback: ray raylet on ")  # Ray's first: it is what fails
+    assert "--node-ip-address=127.0.0.1" in found.fix and "RAY_AUTH_MODE=token" in found.fix
+    assert "mlflow server --host 127.0.0.1" in found.fix  # and the warning's fix beside it
+
+
+def test_ray_temp_folder_verdicts() -> None:
+    def folder(mode: int, owner: int = 1000, closed_by: str | None = None) -> TempFolder:
+        return TempFolder("/tmp/ray", "the default", True, mode, owner, 1000, closed_by)
+
+    assert judge_ray_temp([TempFolder("/tmp/ray", "the default", False, uid=1000)]).status == "ok"
+    assert judge_ray_temp([folder(0o1777)]).status == "ok"  # sticky: others cannot replace its files
+    assert judge_ray_temp([folder(0o755)]).status == "ok"
+    assert judge_ray_temp([folder(0o777, owner=0)]).status == "warn"  # root's, but open to all
+    assert judge_ray_temp([folder(0o777, closed_by="/home/me")]).status == "ok"  # nobody else gets in
+    shared = judge_ray_temp([folder(0o777)])
+    assert shared.status == "warn"
+    assert "/tmp/ray (the default) is writable by every user and lacks the sticky bit" in shared.finding
+    assert "ray_current_cluster" in shared.finding
+    assert "`chmod +t /tmp/ray`" in shared.fix and "RAY_TMPDIR" in shared.fix
+    foreign = judge_ray_temp([folder(0o755, owner=1001)])
+    assert (foreign.status, "belongs to another user (uid 1001)" in foreign.finding) == ("warn", True)
+    assert "chmod +t" not in foreign.fix  # their folder: the sticky bit is theirs to clear
+
+
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder under /tmp that other users may enter (pytest's own tmp_path is under a 0700 one)."""
+    folder = Path(tempfile.mkdtemp(prefix="elastune-doctor-", dir="/tmp"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_ray_temp_folder_facts_from_the_file_system(open_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ray_temp = open_folder / "ray"
+    ray_temp.mkdir()
+    ray_temp.chmod(0o777)  # as Ray creates /tmp/ray
+    monkeypatch.setenv("RAY_TMPDIR", str(open_folder))
+    found = check_ray_temp()  # also any running Ray's --temp-dir: this folder's verdict is read from the text
+    assert found.status == "warn", found
+    assert f"{ray_temp} (RAY_TMPDIR) is writable by every user and lacks the sticky bit" in found.finding
+    assert {"path": str(ray_temp), "source": "RAY_TMPDIR"}.items() <= found.details["folders"][0].items()
+
+    def verdict() -> str:
+        return judge_ray_temp([temp_folder(ray_temp, "RAY_TMPDIR")]).status
+
+    ray_temp.chmod(0o1777)
+    assert verdict() == "ok"  # the sticky bit: only a file's owner may replace it
+    ray_temp.chmod(0o777)
+    open_folder.chmod(0o700)  # a folder of one's own above it: nobody else gets in
+    assert temp_folder(ray_temp, "RAY_TMPDIR").closed_by == str(open_folder)
+    assert verdict() == "ok"
+
+
+def test_the_fix_keeps_each_command_whole_on_100_columns() -> None:
+    findings = [
+        judge_ray("127.0.0.1:6379", None, [Node("127.0.0.1", 2, 0)], token=False),
+        judge_listeners([Listener("ray", "gcs_server", 10, "0.0.0.0", 6379), Listener("mlflow", "m", 1, "::", 5)]),
+        judge_ray_temp([TempFolder("/tmp/ray", "the default", True, 0o777, 0, 1000)]),
+        judge_precision({"fp32": 1e-4, "bf16": 0.9e-4, "fp16": 22e-4}, ("avx2",)),
+    ]
+    console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    console.print(doctor_table(findings, 100))
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 100
+    shown = "\n".join(lines)
+    assert "…" not in shown  # nothing cut off
+    for finding in findings:
+        for command in re.findall(r"`([^`]*)`", finding.fix):
+            assert any(f"`{command}`" in line for line in lines), (command, shown)
+
+
+def test_the_table_escapes_markup_and_drops_escape_sequences() -> None:
+    hostile = Finding("ray", "fail", "GCS said [/bold] \x1b]0;pwned\x07\x1b[31mred", "[bold]fix[/bold]")
+    console = Console(width=100, record=True, file=io.StringIO(), color_system=None)
+    console.print(doctor_table([hostile], 100))  # a markup error here would raise
+    shown = console.export_text()
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert "GCS said [/bold] ]0;pwned[31mred" in shown and "[bold]fix[/bold]" in shown
 
 
 def test_store_verdicts() -> None:
@@ -181,11 +305,12 @@ def test_a_check_that_breaks_is_a_failed_check() -> None:
 
 
 def test_a_new_store_is_checked_without_creating_it(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["doctor", "--format", "json"]) == 0
+    code = main(["doctor", "--format", "json"])
     report = json.loads(capsys.readouterr().out)
-    assert report["ok"] is True and report["failed"] == []
+    # `ports` judges whatever else listens on this machine (another user's Ray): nothing else may fail
+    assert set(report["failed"]) <= {"ports"} and code == (1 if report["failed"] else 0)
     checks = {f["check"]: f for f in report["findings"]}
-    assert list(checks) == ["ray", "ports", "mlflow", "gpus", "cpu precision", "home"]
+    assert list(checks) == ["ray", "ports", "ray temp", "mlflow", "gpus", "cpu precision", "home"]
     assert checks["mlflow"][
         "finding"
     ] == f"sqlite:///{here / 'mlflow.db'}: no store yet; the first sweep creates it " + ("(its folder is writable)")
@@ -201,7 +326,7 @@ def test_an_existing_store_is_written_and_left_as_it_was(here: Path, capsys: pyt
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("elastune")
     before = client.get_experiment(experiment).tags
-    assert main(["doctor", "--tracking-uri", uri, "--format", "json"]) == 0
+    assert main(["doctor", "--tracking-uri", uri, "--format", "json"]) in (0, 1)  # 1: see `ports` above
     checks = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
     assert checks["mlflow"]["status"] == "ok"
     assert checks["mlflow"]["finding"] == f"{uri}: reachable and writable"
@@ -209,7 +334,7 @@ def test_an_existing_store_is_written_and_left_as_it_was(here: Path, capsys: pyt
 
 
 def test_the_table_fits_100_columns(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["doctor"]) == 0
+    assert main(["doctor"]) in (0, 1)  # 1: `ports` judges what else listens here (see above)
     shown = capsys.readouterr().out
     assert "cpu precision" in shown
     assert max(len(line) for line in shown.splitlines()) <= 100
@@ -221,9 +346,9 @@ def test_a_store_that_does_not_answer_fails_with_exit_1(
     assert main(["doctor", "--tracking-uri", f"http://127.0.0.1:{unused_port}", "--format", "json"]) == 1
     said = capsys.readouterr()
     report = json.loads(said.out)
-    assert report["failed"] == ["mlflow"]
-    assert "no MLflow server answers there" in report["findings"][2]["finding"]
-    assert "1 check(s) failed: mlflow" in said.err
+    assert [c for c in report["failed"] if c != "ports"] == ["mlflow"]
+    assert "no MLflow server answers there" in report["findings"][3]["finding"]
+    assert "check(s) failed:" in said.err and "mlflow" in said.err
 
 
 def test_a_home_under_a_file_fails_with_its_fix(
@@ -263,7 +388,7 @@ def test_a_read_only_home_fails_with_its_fix(here: Path) -> None:
     assert (found["check"], found["status"]) == ("home", "fail")
     assert f"cannot create a file in {home} (Permission denied)" in found["finding"]
     assert "chmod u+w" in found["fix"]
-    assert "1 check(s) failed: home" in done.stderr
+    assert re.search(r"check\(s\) failed: (ports, )?home", done.stderr)  # ports: what else listens here
 
 
 @pytest.mark.parametrize(

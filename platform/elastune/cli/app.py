@@ -14,6 +14,7 @@ from elastune.cli import doctor, edo, run, sweep, ui
 from elastune.cli.common import err
 from elastune.cli.k8s import k8s_app
 from elastune.errors import ElastuneError
+from elastune.text import printable
 
 __all__ = ["app", "main"]
 
@@ -42,8 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, standalone_mode=False)
     except ElastuneError as exc:
-        # soft_wrap: a path (or the resume command, an interrupted sweep's last line) stays whole
-        err.print(f"[bold red]{exc.label}:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        # soft_wrap: a path (or the resume command, an interrupted sweep's last line) stays whole.
+        # An error may quote what was read back (a stored record, a data file): no control
+        # character of it reaches the terminal, line by line so a list of problems keeps its lines.
+        text = "\n".join(printable(line) for line in str(exc).split("\n"))
+        err.print(f"[bold red]{exc.label}:[/] {escape(text)}", highlight=False, soft_wrap=True)
         return exc.exit_code
     except SystemExit as exc:  # typer's --help and usage errors
         return int(exc.code or 0)

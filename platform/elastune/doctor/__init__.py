@@ -1,8 +1,9 @@
 """`elastune doctor`: what to know before a sweep, each finding with its fix.
 
-Checks, in order: the Ray cluster (reachable, its token, its nodes), sockets of Ray, MLflow and
-elastune listening beyond loopback, the MLflow store (reachable, writable, and a file store on a
-multi-node cluster), GPUs (torch's and Ray's), half precision on this CPU, and ELASTUNE_HOME.
+Checks, in order: the Ray cluster (reachable, its token, whether it refuses a client without one,
+its nodes), sockets of Ray, MLflow and elastune listening beyond loopback, who may write to Ray's
+temp folders, the MLflow store (reachable, writable, and a file store on a multi-node cluster),
+GPUs (torch's and Ray's), half precision on this CPU, and ELASTUNE_HOME.
 gather.py reads the facts, findings.py judges them; `run_doctor` holds each check to a time limit,
 so an address that never answers costs seconds, not a hang.
 """
@@ -24,8 +25,17 @@ from elastune.tracking.uri import resolve_tracking_uri
 __all__ = ["LIMITS_S", "Finding", "cluster_address", "run_doctor", "within"]
 
 # Seconds each check may take. The store's and the GPUs' include importing MLflow and torch
-# (several seconds on a busy 2-core machine); Ray's covers a 3 s connect and a 3 s GCS query.
-LIMITS_S = {"ray": 10.0, "ports": 10.0, "mlflow": 45.0, "gpus": 45.0, "cpu precision": 20.0, "home": 5.0}
+# (several seconds on a busy 2-core machine); Ray's covers a 3 s connect, a 3 s GCS query and a
+# client without a token asking again from a process of its own (gather.TOKENLESS_TIMEOUT_S).
+LIMITS_S = {
+    "ray": 15.0,
+    "ports": 10.0,
+    "ray temp": 10.0,
+    "mlflow": 45.0,
+    "gpus": 45.0,
+    "cpu precision": 20.0,
+    "home": 5.0,
+}
 _SLOW_FIX = {
     "ray": "something accepts connections there but does not answer as Ray's GCS: give the head's GCS address "
     "(HOST:6379 by default, `ray status` on the head shows it)",
@@ -40,7 +50,7 @@ def run_doctor(address: str | None, tracking_uri: str | None) -> list[Finding]:
     address = cluster_address(address)
     uri = resolve_tracking_uri(tracking_uri)
     ray = within("ray", lambda: gather.check_ray(address))
-    findings = [ray, within("ports", gather.check_ports)]
+    findings = [ray, within("ports", gather.check_ports), within("ray temp", gather.check_ray_temp)]
     nodes = int(ray.details.get("nodes", 0))  # 0: no cluster given, or none reached
     findings.append(within("mlflow", lambda: gather.check_store(uri, nodes)))
     findings.append(within("gpus", lambda: gather.check_gpus(ray.details.get("gpus"))))

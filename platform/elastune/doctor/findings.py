@@ -5,6 +5,7 @@ a GPU (tests/unit/test_doctor.py)."""
 from __future__ import annotations
 
 import ipaddress
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -16,11 +17,14 @@ __all__ = [
     "Finding",
     "Listener",
     "Node",
+    "TempFolder",
+    "is_loopback",
     "judge_gpus",
     "judge_home",
     "judge_listeners",
     "judge_precision",
     "judge_ray",
+    "judge_ray_temp",
     "judge_store",
     "server_owner",
 ]
@@ -59,12 +63,43 @@ class Listener:
     port: int
 
 
+@dataclass(frozen=True)
+class TempFolder:
+    """A folder Ray keeps its files in on this machine: where clients look for the cluster to join
+    (`ray_current_cluster`), and its sessions' sockets and logs."""
+
+    path: str
+    source: str  # why it is Ray's: "RAY_TMPDIR", "the default", "--temp-dir of a running Ray"
+    exists: bool
+    mode: int = 0  # st_mode's permission bits (0o7777)
+    owner_uid: int = 0
+    uid: int = 0  # this user's
+    closed_by: str | None = None  # it, or a folder above it, of this user or root that others cannot enter
+
+
+# What to run for a Ray on this machine that only its users reach, and only with the token.
+# Each command short enough to be shown whole in doctor's table on a 100-column terminal.
+LOOPBACK_RAY = (
+    "`ray stop`, then `export RAY_AUTH_MODE=token RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`, "
+    "`ray get-auth-token --generate` (once) and `ray start --head --node-ip-address=127.0.0.1`; every client "
+    "needs `export RAY_AUTH_MODE=token` and the token"
+)
+
+
 # -- Ray
 
 
-def judge_ray(address: str | None, problem: tuple[str, str] | None, nodes: list[Node], token: bool) -> Finding:
+def judge_ray(
+    address: str | None,
+    problem: tuple[str, str] | None,
+    nodes: list[Node],
+    token: bool,
+    requires_token: bool | str | None = None,
+) -> Finding:
     """`problem` is (what, fix) when a driver could not use the cluster; `token`: this client sends
-    Ray's token (RAY_AUTH_MODE=token)."""
+    Ray's token (RAY_AUTH_MODE=token); `requires_token`: whether the cluster refuses a client that
+    sends none (a string: why that could not be told). A client without a token that read the
+    cluster's nodes has its answer: it does not."""
     if address is None:
         return Finding(
             "ray",
@@ -79,19 +114,38 @@ def judge_ray(address: str | None, problem: tuple[str, str] | None, nodes: list[
         return Finding(
             "ray", "fail", f"{address}: the cluster has no live node", "start one: `ray start --head` on the head"
         )
+    if not token:
+        requires_token = False
     cpus, gpus = sum(n.cpus for n in nodes), sum(n.gpus for n in nodes)
-    details = {"address": address, "nodes": len(nodes), "cpus": cpus, "gpus": gpus, "token_auth": token}
+    details = {
+        "address": address,
+        "nodes": len(nodes),
+        "cpus": cpus,
+        "gpus": gpus,
+        "token_auth": token,
+        "requires_token": requires_token if isinstance(requires_token, bool) else None,
+    }
     found = f"{address}: {len(nodes)} node(s) with {_count(cpus)} CPU(s) and {_count(gpus)} GPU(s)"
-    if token:
-        return Finding("ray", "ok", f"{found}; it accepts this client's token", details=details)
-    if _is_loopback(address.rpartition(":")[0]):
-        return Finding("ray", "ok", f"{found}; no token needed (loopback: this machine's users only)", details=details)
+    if requires_token is True:
+        return Finding("ray", "ok", f"{found}; it requires a token, and takes this client's", details=details)
+    if requires_token is False:
+        # Loopback is no shelter: every user of the machine reaches 127.0.0.1.
+        reach = "every user of this machine" if is_loopback(address.rpartition(":")[0]) else "anyone who reaches it"
+        return Finding(
+            "ray",
+            "fail",
+            f"{found}; it takes clients without a token: {reach} can run code there as the user who started it",
+            f"restart it with token auth: {LOOPBACK_RAY}; for a multi-node cluster, RAY_AUTH_MODE=token and the "
+            "head's token on every node, and a firewall on its ports",
+            details,
+        )
     return Finding(
         "ray",
         "warn",
-        f"{found}; it takes clients without a token: anyone who reaches it can run code there",
-        "start the cluster with RAY_AUTH_MODE=token (`ray get-auth-token --generate` first) and give "
-        "clients its token; or firewall its ports",
+        f"{found}; it takes this client's token, but whether it refuses a client without one could not be "
+        f"told ({requires_token or 'no answer'})",
+        f"`RAY_AUTH_MODE=disabled ray status --address {address}` must be refused; if it is not, restart the "
+        f"cluster with token auth: {LOOPBACK_RAY}",
         details,
     )
 
@@ -112,7 +166,10 @@ def server_owner(name: str, cmdline: list[str]) -> str | None:
 
 
 def judge_listeners(listeners: list[Listener]) -> Finding:
-    exposed = [s for s in listeners if not _is_loopback(s.ip)]
+    """A Ray socket beyond loopback fails: some of Ray's ports take no token even with token auth on
+    (metrics, object transfers), so a Ray on one machine keeps to 127.0.0.1. An MLflow or elastune
+    one is a warning: it may sit behind a proxy or (the UI) require a token of its own."""
+    exposed = [s for s in listeners if not is_loopback(s.ip)]
     details = {"listening": [f"{s.owner} {s.process} (pid {s.pid}) {_where(s.ip, s.port)}" for s in listeners]}
     if not listeners:
         return Finding("ports", "ok", "no Ray, MLflow or elastune process listens on this machine", details=details)
@@ -121,22 +178,81 @@ def judge_listeners(listeners: list[Listener]) -> Finding:
         return Finding(
             "ports", "ok", f"{len(listeners)} socket(s) of {', '.join(owners)}, all on loopback", details=details
         )
-    shown = sorted({f"{s.owner} {s.process} on {_where(s.ip, s.port)}" for s in exposed})
-    more = f" and {len(shown) - 4} more" if len(shown) > 4 else ""
+    # Ray's first: they are what fails
+    shown = sorted({(s.owner != "ray", f"{s.owner} {s.process} on {_where(s.ip, s.port)}") for s in exposed})
+    listed = [text for _, text in shown]
+    more = f" and {len(listed) - 4} more" if len(listed) > 4 else ""
+    fixes = []
+    if any(s.owner == "ray" for s in exposed):
+        fixes.append(
+            f"start Ray on loopback with token auth: {LOOPBACK_RAY}; a multi-node cluster cannot keep to "
+            "loopback: firewall its ports to its nodes"
+        )
+    if any(s.owner != "ray" for s in exposed):
+        fixes.append(
+            "bind MLflow and the UI to 127.0.0.1 (`mlflow server --host 127.0.0.1`, `elastune ui --host "
+            "127.0.0.1`), or put an authenticating proxy in front of MLflow"
+        )
+    status: Status = "fail" if any(s.owner == "ray" for s in exposed) else "warn"
     return Finding(
-        "ports",
-        "warn",
-        f"listening beyond loopback: {'; '.join(shown[:4])}{more}",
-        "bind to 127.0.0.1 (`mlflow server --host 127.0.0.1`, `elastune ui --host 127.0.0.1`, Ray with "
-        "--node-ip-address=127.0.0.1 and RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0), or keep Ray's token auth on "
-        "and put an authenticating proxy in front of MLflow",
-        details,
+        "ports", status, f"listening beyond loopback: {'; '.join(listed[:4])}{more}", "; ".join(fixes), details
     )
 
 
 def _where(ip: str, port: int) -> str:
     shown = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
     return f"{shown} (every interface)" if ip in ("0.0.0.0", "::") else shown
+
+
+# -- Ray's temp folder
+
+
+def judge_ray_temp(folders: list[TempFolder]) -> Finding:
+    """A folder that every user may write to without the sticky bit, or that another user owns,
+    lets them replace what Ray keeps there: above all `ray_current_cluster`, which names the
+    cluster a client without an address joins (and sends its token to)."""
+    details = {
+        "folders": [
+            {
+                "path": f.path,
+                "source": f.source,
+                "exists": f.exists,
+                "mode": oct(f.mode),
+                "owner_uid": f.owner_uid,
+                "closed_by": f.closed_by,
+            }
+            for f in folders
+        ]
+    }
+    shared, foreign = [], []
+    for f in folders:
+        if not f.exists:
+            continue
+        # a folder closed to others (by this user or root) keeps them out, whatever the mode inside
+        if f.mode & stat.S_IWOTH and not f.mode & stat.S_ISVTX and f.closed_by is None:
+            shared.append(f)
+        if f.owner_uid not in (f.uid, 0):  # its owner may change its mode at will
+            foreign.append(f)
+    problems = [f"{f.path} ({f.source}) is writable by every user and lacks the sticky bit" for f in shared]
+    problems += [f"{f.path} ({f.source}) belongs to another user (uid {f.owner_uid})" for f in foreign]
+    if not problems:
+        there = [
+            f"{f.path} ({f.source})" + (f", inside {f.closed_by}, closed to other users" if f.closed_by else "")
+            for f in folders
+            if f.exists
+        ]
+        said = f"{'; '.join(there)}: no other user can replace its files" if there else "no Ray temp folder yet"
+        return Finding("ray temp", "ok", said, details=details)
+    sticky = f"; or at least set the sticky bit (`chmod +t {' '.join(f.path for f in shared)}`)" if shared else ""
+    return Finding(
+        "ray temp",
+        "warn",
+        f"{'; '.join(problems)}: another user can replace what Ray keeps there, such as `ray_current_cluster`, "
+        "which names the cluster a client without an address joins and sends its token to",
+        "give Ray a folder of your own: `mkdir -m 700 ~/.ray-tmp` and `export RAY_TMPDIR=~/.ray-tmp` for "
+        f"`ray start` and every client{sticky}; and always pass --address",
+        details,
+    )
 
 
 # -- MLflow store
@@ -256,7 +372,8 @@ def judge_home(home: Path, from_env: bool, error: str | None) -> Finding:
     )
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an IP, `localhost` or a `[v6]` form) is this machine's loopback."""
     host = host.strip("[]")
     if host == "localhost":
         return True

@@ -5,6 +5,10 @@ remove again; heavy imports (Ray, MLflow, torch, psutil) wait until their check 
 from __future__ import annotations
 
 import os
+import re
+import stat
+import subprocess
+import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -15,20 +19,33 @@ from elastune.doctor.findings import (
     Finding,
     Listener,
     Node,
+    TempFolder,
     judge_gpus,
     judge_home,
     judge_listeners,
     judge_precision,
     judge_ray,
+    judge_ray_temp,
     judge_store,
     server_owner,
 )
 from elastune.tracking.uri import is_http, server_problem, sqlite_path
 
-__all__ = ["check_gpus", "check_home", "check_ports", "check_precision", "check_ray", "check_store"]
+__all__ = [
+    "check_gpus",
+    "check_home",
+    "check_ports",
+    "check_precision",
+    "check_ray",
+    "check_ray_temp",
+    "check_store",
+    "requires_token",
+]
 
 GCS_TIMEOUT_S = 3.0
 SERVER_TIMEOUT_S = 5.0
+# A client without a token in a process of its own (see `requires_token`): importing Ray is most of it.
+TOKENLESS_TIMEOUT_S = 8.0
 
 
 def check_ray(address: str | None) -> Finding:
@@ -52,7 +69,42 @@ def check_ray(address: str | None) -> Finding:
             token,
         )
     found = [Node(n["address"], n["resources"].get("CPU", 0.0), n["resources"].get("GPU", 0.0)) for n in nodes]
-    return judge_ray(address, None, found, token)
+    # A client that sent no token and was answered is the answer already; one that sent a token asks again without.
+    return judge_ray(address, None, found, token, requires_token(address) if token else False)
+
+
+# Run in a child: Ray reads RAY_AUTH_MODE once per process, so this one cannot ask both ways. Exit 0:
+# the nodes were read without a token; 3: refused for the want of one.
+_TOKENLESS = """
+import sys
+from ray.exceptions import AuthenticationError
+from elastune.compat import cluster_nodes
+try:
+    cluster_nodes(sys.argv[1], timeout_s=float(sys.argv[2]))
+except AuthenticationError:
+    sys.exit(3)
+"""
+
+
+def requires_token(address: str) -> bool | str:
+    """Whether the cluster at `address` refuses a client that sends no token; a string says why
+    that could not be told. The child gets no token: auth mode off, no token variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH_TOKEN")}
+    env["RAY_AUTH_MODE"] = "disabled"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TOKENLESS, address, str(GCS_TIMEOUT_S)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TOKENLESS_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return f"a client without a token got no answer within {TOKENLESS_TIMEOUT_S:g} s"
+    if done.returncode in (0, 3):
+        return done.returncode == 3
+    said = done.stderr.strip().splitlines()
+    return f"a client without a token failed: {said[-1][:200] if said else f'exit {done.returncode}'}"
 
 
 _GCS_FIX = "give the head's GCS address (HOST:6379 by default, `ray status` on the head shows it)"
@@ -85,6 +137,54 @@ def check_ports() -> Finding:
         if known is not None:
             listeners.add(Listener(known[0], known[1], conn.pid, conn.laddr.ip, conn.laddr.port))
     return judge_listeners(sorted(listeners, key=lambda s: (s.owner, s.process, s.port)))
+
+
+# Ray's temp folder as Ray computes it for a process started here (ray._common.utils'
+# get_default_ray_temp_dir, Ray 2.60): $RAY_TMPDIR/ray, else $TMPDIR/ray on Linux, else /tmp/ray.
+def default_ray_temp() -> tuple[Path, str]:
+    if "RAY_TMPDIR" in os.environ:
+        return Path(os.environ["RAY_TMPDIR"]) / "ray", "RAY_TMPDIR"
+    if sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        return Path(os.environ["TMPDIR"]) / "ray", "TMPDIR"
+    return Path("/tmp/ray"), "the default"
+
+
+_TEMP_DIR = re.compile(r"--temp[-_]dir[= ](\S+)")
+
+
+def check_ray_temp() -> Finding:
+    """Ray's default temp folder here, and the temp folders of the Ray processes running here
+    (their `--temp-dir`): who may write to each."""
+    import psutil
+
+    default, source = default_ray_temp()
+    folders: dict[str, str] = {str(default): source}
+    for process in psutil.process_iter(["name", "cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if server_owner(process.info["name"] or "", cmdline) != "ray":
+            continue
+        for found in _TEMP_DIR.findall(" ".join(cmdline)):
+            folders.setdefault(os.path.normpath(found), "--temp-dir of a running Ray")
+    return judge_ray_temp([temp_folder(Path(path), why) for path, why in folders.items()])
+
+
+def temp_folder(path: Path, source: str) -> TempFolder:
+    try:
+        info = path.stat()
+    except OSError:
+        return TempFolder(str(path), source, exists=False, uid=os.getuid())
+    closed_by = None
+    for folder in (path, *path.parents):  # other users need o+x on every folder on the way in
+        try:
+            above = folder.stat()
+        except OSError:
+            break
+        if not above.st_mode & stat.S_IXOTH and above.st_uid in (os.getuid(), 0):
+            closed_by = str(folder)
+            break
+    return TempFolder(
+        str(path), source, True, stat.S_IMODE(info.st_mode), info.st_uid, os.getuid(), closed_by=closed_by
+    )
 
 
 def check_store(uri: str, nodes: int) -> Finding:

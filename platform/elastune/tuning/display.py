@@ -19,6 +19,11 @@ it whenever rich redraws, so it counts down between trials.
 
 Tune pickles its callbacks into the experiment state (that is how a resume gets them back), so
 `SweepCallback` holds no display: it finds the sweep's through `display_for(sweep_id)`.
+
+What a display prints may quote the MLflow store (a resume replays stored trials: their ids,
+parameters and errors), which anyone who can write to it could have filled: both displays pass
+every line and status through `printable` (elastune/text.py), so no escape sequence reaches the
+terminal and no stored line break splits a line; they print without rich markup.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.text import Text
+
+from elastune.text import printable
 
 __all__ = [
     "KEEP",
@@ -184,7 +191,7 @@ class PlainDisplay:
         self._shown = ""  # the status line printed last (its ETA aside, which moves every second)
 
     def line(self, text: str) -> None:
-        self.write(text.replace(KEEP, " "))  # one line, however long: a log is grepped
+        self.write(printable(text).replace(KEEP, " "))  # one line, however long: a log is grepped
 
     def stage(self, name: str, total: int | None, done: int = 0, concurrency: int = 1) -> None:
         self._stage, self._total, self._last = name, total, self.clock()
@@ -203,7 +210,7 @@ class PlainDisplay:
         if force or (shown != self._shown and waited >= self.every_s) or waited >= 4 * self.every_s:
             self._last, self._shown = self.clock(), shown
             eta = eta_text(self._units.eta(self._total, done))
-            self.line(f"{shown} · {eta}" if eta else shown)
+            self.line(f"{shown} · {eta}" if eta else shown)  # line() cleans it
 
     def close(self) -> None:
         pass
@@ -247,7 +254,7 @@ class LiveDisplay:
 
     def line(self, text: str) -> None:
         # wrapped here, at spaces, so the terminal never cuts a word; soft_wrap: rich adds no breaks
-        shown = "\n".join(wrap(text, self.console.width))
+        shown = "\n".join(wrap(printable(text), self.console.width))
         self.console.print(shown, highlight=False, markup=False, soft_wrap=True)
 
     def stage(self, name: str, total: int | None, done: int = 0, concurrency: int = 1) -> None:
@@ -264,7 +271,7 @@ class LiveDisplay:
 
     def status(self, done: int, text: str, force: bool = False) -> None:
         if self._task is not None:
-            self._progress.update(self._task, completed=done, status=text)
+            self._progress.update(self._task, completed=done, status=printable(text))
 
     def close(self) -> None:
         self._progress.stop()

@@ -1,11 +1,17 @@
 """What a finished sweep says: the top configs against the reference, as rows a table or a script
 can use. Shared by `elastune sweep` (its closing summary) and `elastune results` (read back from
-MLflow)."""
+MLflow).
+
+A record read back from the store holds whatever its writers put there: the rows carry its text
+(ids, statuses, parameters) through `printable`, so a stored line break or escape sequence neither
+stacks a cell nor reaches the terminal; the console still escapes rich's markup when it prints.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from elastune.text import printable
 from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front, trial_label
 from elastune.units import human_bytes, short_bytes
 
@@ -66,9 +72,9 @@ def summary_rows(record: SweepRecord, top: int | None = None) -> list[tuple[str,
         rows.append(
             (
                 str(rank) if trial.feasible else "-",
-                trial.trial_id,
-                trial.status,
-                ", ".join(f"{k.split('.')[-1]}={v}" for k, v in trial.params.items()) or "(reference)",
+                printable(trial.trial_id),
+                printable(trial.status),
+                ", ".join(printable(f"{k.split('.')[-1]}={v}") for k, v in trial.params.items()) or "(reference)",
                 _throughput(trial),
                 _speedup(trial, record),
                 _confirmed(trial),
@@ -99,9 +105,9 @@ def compact_rows(record: SweepRecord, top: int | None = None) -> list[tuple[str,
         predicted = f"\npred. {short_bytes(trial.estimated_peak_bytes)}" if trial.estimated_peak_bytes else ""
         rows.append(
             (
-                str(rank) if trial.feasible else trial.status,
-                trial_label(trial),
-                "\n".join(f"{short_name(k)}={v}" for k, v in trial.params.items()) or "(reference)",
+                str(rank) if trial.feasible else printable(trial.status),
+                printable(trial_label(trial)),
+                "\n".join(printable(f"{short_name(k)}={v}") for k, v in trial.params.items()) or "(reference)",
                 (f"{trial.samples_per_s:,.0f}" if trial.samples_per_s else "-") + spread,
                 _speedup(trial, record) + confirmed,
                 peak + predicted,

@@ -1,5 +1,6 @@
 """`elastune doctor --address` against a real Ray: the package's local one (127.0.0.1, 2 CPUs, one
-logical GPU), a port nothing listens on, and one that accepts connections but never speaks Ray.
+logical GPU), one started here without token auth, a port nothing listens on, and one that accepts
+connections but never speaks Ray.
 
 Doctor runs as a command in a process of its own, as a user runs it: it reads the cluster from its
 GCS without connecting a driver, so the cluster this process is attached to does not stand in for it.
@@ -7,18 +8,79 @@ GCS without connecting a driver, so the cluster this process is attached to does
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import ray
 
 pytestmark = pytest.mark.integration
+
+# A Ray without token auth, on 127.0.0.1, in a process of its own (this one is attached to
+# `ray_local`): it writes its GCS address to a file, then holds the cluster until its stdin closes.
+OPEN_CLUSTER = """
+import sys
+from pathlib import Path
+import ray
+context = ray.init(address="local", num_cpus=1, _node_ip_address="127.0.0.1", include_dashboard=False,
+                   _temp_dir=sys.argv[1], log_to_driver=False)
+Path(sys.argv[2]).write_text(context.address_info["gcs_address"])
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def open_cluster(wait_until: Callable[..., None]) -> Iterator[tuple[str, Path]]:
+    """(GCS address, temp folder) of a local Ray that takes clients without a token. Stopped when
+    the module ends; anything of it still running then (its processes name its temp folder) is killed."""
+    folder = Path(tempfile.mkdtemp(prefix="elastune-open-", dir="/tmp"))  # short: Ray's socket paths
+    folder.chmod(0o755)  # like /tmp: other users may enter, so its `ray` folder is as exposed as /tmp/ray
+    address_file = folder / "address"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env |= {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", OPEN_CLUSTER, str(folder / "ray"), str(address_file)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: address_file.is_file() or driver.poll() is not None, 120, "the open cluster's start")
+        assert driver.poll() is None, driver.stderr.read().decode()[-3000:] if driver.stderr else ""
+        yield address_file.read_text().strip(), folder / "ray"
+    finally:
+        with contextlib.suppress(OSError):
+            assert driver.stdin is not None
+            driver.stdin.close()  # the driver shuts its cluster down
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            driver.wait(timeout=60)
+        family: list[psutil.Process] = []
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if any(str(folder) in part for part in proc.info["cmdline"] or []):
+                    family += [proc, *proc.children(recursive=True)]
+        for proc in family:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(signal.SIGKILL)
+        psutil.wait_procs(family, timeout=30)
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def doctor(folder: Path, *args: str, **env: str) -> tuple[int, dict[str, Any], str]:
@@ -50,6 +112,10 @@ def test_doctor_finds_the_running_ray_and_its_gpus(ray_local: Any, tmp_path: Pat
     assert found["details"]["cpus"] == declared["CPU"] == 2
     assert found["details"]["gpus"] == declared["GPU"] == 1
     assert f"{address}: 1 node(s) with 2 CPU(s) and 1 GPU(s)" in found["finding"]
+    # Ray turns token auth on for a cluster `ray.init` starts (and RAY_AUTH_MODE=token here, which the
+    # command inherits): a client without the token, asked from a process of its own, is refused.
+    assert os.environ.get("RAY_AUTH_MODE") == "token"
+    assert found["details"]["requires_token"] is True, found
     assert checks["gpus"]["details"]["ray_gpus"] == 1  # Ray's logical GPU, beside torch's none here
     # The cluster's GCS is among the sockets doctor saw, and on loopback.
     port = address.rpartition(":")[2]
@@ -94,5 +160,43 @@ def test_an_address_that_never_speaks_ray_fails_at_the_time_limit(tmp_path: Path
     assert (code, found["status"], found["finding"]) == (1, "fail", f"no answer within {LIMITS_S['ray']:g} s")
     assert "does not answer as Ray's GCS" in found["fix"]
     assert found["seconds"] < LIMITS_S["ray"] + 1  # Ray's own client waits 40 s for a GCS before it gives up
-    assert [f["check"] for f in report["findings"]][1:] == ["ports", "mlflow", "gpus", "cpu precision", "home"]
+    assert [f["check"] for f in report["findings"]][1:] == [
+        "ports",
+        "ray temp",
+        "mlflow",
+        "gpus",
+        "cpu precision",
+        "home",
+    ]
     assert "1 check(s) failed: ray" in said  # error output survives the abandoned probe (fd 2 restored)
+
+
+@pytest.mark.parametrize(
+    "client",
+    [
+        {"RAY_AUTH_MODE": "disabled"},  # the client's own request goes through without a token
+        {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 32},  # it sends one; a tokenless child is let in too
+    ],
+    ids=["client-without-token", "client-with-token"],
+)
+def test_a_cluster_without_token_auth_fails_with_the_fix(
+    open_cluster: tuple[str, Path], tmp_path: Path, client: dict[str, str]
+) -> None:
+    address, ray_temp = open_cluster
+    code, report, said = doctor(tmp_path, "--address", address, **client)
+    checks = by_check(report)
+    found = checks["ray"]
+    assert (code, found["status"]) == (1, "fail"), found
+    assert found["details"]["requires_token"] is False
+    assert f"{address}: 1 node(s) with 1 CPU(s)" in found["finding"]
+    assert "takes clients without a token: every user of this machine can run code there" in found["finding"]
+    assert "RAY_AUTH_MODE=token" in found["fix"] and "--node-ip-address=127.0.0.1" in found["fix"]
+    assert "ray" in report["failed"] and "check(s) failed:" in said
+    # Its temp folder (its --temp-dir), found from its processes, as Ray made it: open to every user
+    # and without the sticky bit.
+    temp = checks["ray temp"]
+    assert (ray_temp.stat().st_mode & 0o7777, temp["status"]) == (0o777, "warn"), temp
+    assert (
+        f"{ray_temp} (--temp-dir of a running Ray) is writable by every user and lacks the sticky bit"
+        in (temp["finding"])
+    )
