@@ -122,6 +122,7 @@ class DLRMWorkload:
             eval_path=d.eval_path,
             eval_samples=eval_samples,
             skip_malformed=d.skip_malformed,
+            max_document_bytes=d.max_document_bytes,
         )
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:

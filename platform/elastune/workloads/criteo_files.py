@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
+import io
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from elastune.workloads.data import (
     empty_batch,
     hash_category,
 )
+from elastune.workloads.files import DEFAULT_MAX_DOCUMENT_BYTES, block_size, check_parquet_values, open_bounded
 
 __all__ = ["CriteoParquet", "CriteoTSV"]
 
@@ -92,6 +94,8 @@ class _FileSource(ABC):
     * Malformed rows raise DataError naming file and line, or with skip_malformed are skipped and
       counted (once each, however many epochs re-read them) in `malformed_lines`; rows a block
       reports `truncated` are counted the same way in `truncated_rows`.
+    * A line (a Parquet row's value) over `max_document_bytes` is a DataError naming it, whatever
+      skip_malformed says: it is refused before it is read whole (workloads/files.py).
 
     A subclass sets `num_dense`, `num_sparse` and `pooling` (the Batch shape) before calling
     `__init__`, or keeps Criteo's 13, 26 and 1.
@@ -110,6 +114,7 @@ class _FileSource(ABC):
         eval_path: Path | None = None,
         eval_samples: int = 0,
         skip_malformed: bool = False,
+        max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     ) -> None:
         if len(table_sizes) != self.num_sparse:
             raise ValueError(f"need {self.num_sparse} table sizes, one per sparse feature, got {len(table_sizes)}")
@@ -120,6 +125,7 @@ class _FileSource(ABC):
         self.table_sizes = tuple(int(s) for s in table_sizes)
         self.held_out = 0 if self.eval_path else eval_samples
         self.skip_malformed = skip_malformed
+        self.max_document_bytes = max_document_bytes
         self.malformed_lines = 0
         self.truncated_rows = 0
         self._scanned: dict[Path, int] = {}  # per file, the furthest line already counted
@@ -283,14 +289,6 @@ def _is_hex(v: str) -> bool:
     return True
 
 
-def _open_text(path: Path) -> IO[str]:
-    """Text lines of a plain or gzipped (.gz) file; undecodable bytes become U+FFFD, which then
-    fail the field checks with a line number instead of a UnicodeDecodeError."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
-
-
 class CriteoTSV(_FileSource):
     """The Criteo Kaggle / Terabyte text format (optionally .gz); implements DataSource.
 
@@ -300,11 +298,12 @@ class CriteoTSV(_FileSource):
     block); the checks and conversions run on whole columns, and only the rare value that is not in
     canonical form (`+5`, `0x1f`, a hex string longer than 16 digits) goes through Python's `int`,
     so a file reads as the line-by-line parser `_parse_tsv_line` would read it. A malformed line's
-    message is that parser's, for the line read again. See _FileSource for the cursor, epoch and
-    eval semantics.
+    message is that parser's, for the line read again. The file reaches pyarrow through
+    files.open_bounded (which gunzips a .gz), so a line over max_document_bytes is refused by its
+    number before pyarrow holds it. See _FileSource for the cursor, epoch and eval semantics.
     """
 
-    block_bytes = 1 << 20  # pyarrow's read block: a few thousand rows
+    block_bytes = 1 << 20  # pyarrow's read block, at least (files.block_size: the longest line fits one)
 
     def _parse(self, path: Path) -> Iterator[_Block]:
         invalid: list[int] = []  # line numbers pyarrow found with the wrong number of fields
@@ -313,11 +312,23 @@ class CriteoTSV(_FileSource):
             invalid.append(int(row.number) if row.number is not None else -1)
             return "skip"
 
+        with open_bounded(path, self.max_document_bytes, cr_ends_lines=True) as f:  # as pyarrow ends rows
+            yield from self._parse_lines(path, f, invalid, wrong_field_count)
+
+    def _parse_lines(
+        self,
+        path: Path,
+        f: IO[bytes],
+        invalid: list[int],
+        on_invalid: Callable[[pa_csv.InvalidRow], str],
+    ) -> Iterator[_Block]:
         try:
-            reader = self._open_tsv(path, wrong_field_count)
+            reader = self._open_tsv(f, on_invalid)
         except pa.ArrowInvalid as exc:
             if "Empty CSV file" in str(exc):
                 return  # no rows: the callers say what is missing
+            raise DataError(f"{path}: cannot be read as text ({exc}); {self._fix}") from None
+        except (OSError, EOFError, zlib.error) as exc:  # a damaged .gz stream
             raise DataError(f"{path}: cannot be read as text ({exc}); {self._fix}") from None
         last_line = 0
         for record_batch in self._blocks(path, reader):
@@ -328,7 +339,7 @@ class CriteoTSV(_FileSource):
             labels, counts, ids, bad = _convert_tsv(columns, self.table_sizes)
             malformed = sorted([*skipped, *(int(n) for n in lines[bad])])
             if malformed and not self.skip_malformed:
-                raise self._malformed(path, malformed[0], _problem_at(path, malformed[0]))
+                raise self._malformed(path, malformed[0], _problem_at(path, malformed[0], self.max_document_bytes))
             keep = ~bad
             batch = Batch(
                 torch.from_numpy(np.log1p(np.maximum(counts[keep], 0.0)).astype(np.float32)),
@@ -339,15 +350,16 @@ class CriteoTSV(_FileSource):
         if invalid:  # lines past the last block (a file whose last lines are all malformed)
             skipped = sorted(invalid)
             if not self.skip_malformed:
-                raise self._malformed(path, skipped[0], _problem_at(path, skipped[0]))
+                raise self._malformed(path, skipped[0], _problem_at(path, skipped[0], self.max_document_bytes))
             yield _Block(empty_batch(NUM_SPARSE, 1), skipped, max(last_line, skipped[-1]))
 
-    def _open_tsv(self, path: Path, on_invalid: Callable[[pa_csv.InvalidRow], str]) -> pa_csv.CSVStreamingReader:
-        """A streaming reader of the file's lines as 40 binary columns (a .gz file decompressed);
-        lines with another number of fields go to `on_invalid`."""
+    def _open_tsv(self, f: IO[bytes], on_invalid: Callable[[pa_csv.InvalidRow], str]) -> pa_csv.CSVStreamingReader:
+        """A streaming reader of the file's lines as 40 binary columns; lines with another number
+        of fields go to `on_invalid`."""
+        block = block_size(self.max_document_bytes, self.block_bytes)
         return pa_csv.open_csv(
-            str(path),
-            read_options=pa_csv.ReadOptions(column_names=_TSV_COLUMNS, use_threads=False, block_size=self.block_bytes),
+            f,
+            read_options=pa_csv.ReadOptions(column_names=_TSV_COLUMNS, use_threads=False, block_size=block),
             parse_options=pa_csv.ParseOptions(
                 delimiter="\t", quote_char=False, ignore_empty_lines=False, invalid_row_handler=on_invalid
             ),
@@ -361,7 +373,7 @@ class CriteoTSV(_FileSource):
     def _blocks(self, path: Path, reader: pa_csv.CSVStreamingReader) -> Iterator[pa.RecordBatch]:
         try:
             yield from reader
-        except pa.ArrowInvalid as exc:  # e.g. a damaged .gz stream
+        except (pa.ArrowInvalid, OSError, EOFError, zlib.error) as exc:  # e.g. a damaged .gz stream
             raise DataError(f"{path}: cannot be read as text ({exc}); {self._fix}") from None
 
 
@@ -450,9 +462,11 @@ def _row_ids(col: pa.Array, size: int, bad: Mask) -> I64:
     return ids
 
 
-def _problem_at(path: Path, line: int) -> str:
-    """What `_parse_tsv_line` says about the file's `line` (read again: only for the error)."""
-    with _open_text(path) as f:
+def _problem_at(path: Path, line: int, limit: int) -> str:
+    """What `_parse_tsv_line` says about the file's `line` (read again: only for the error), its
+    lines ended as pyarrow ends them ("\\n", "\\r\\n" or "\\r"). Undecodable bytes become U+FFFD,
+    which then fail the field checks with the line's number."""
+    with io.TextIOWrapper(open_bounded(path, limit, cr_ends_lines=True), encoding="utf-8", errors="replace") as f:
         for number, text in enumerate(f, 1):
             if number == line:
                 try:
@@ -492,6 +506,7 @@ class CriteoParquet(_FileSource):
         eval_path: Path | None = None,
         eval_samples: int = 0,
         skip_malformed: bool = False,
+        max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     ) -> None:
         super().__init__(
             path,
@@ -499,6 +514,7 @@ class CriteoParquet(_FileSource):
             eval_path=eval_path,
             eval_samples=eval_samples,
             skip_malformed=skip_malformed,
+            max_document_bytes=max_document_bytes,
         )
         for p in (self.path, self.eval_path):
             if p is not None:
@@ -522,6 +538,7 @@ class CriteoParquet(_FileSource):
     def _parse(self, path: Path) -> Iterator[_Block]:
         first_row = 1
         for record_batch in self._open(path).iter_batches(self.block_rows, columns=_COLUMNS):
+            check_parquet_values(path, record_batch, first_row, self.max_document_bytes)
             yield self._convert(path, record_batch, first_row)
             first_row += record_batch.num_rows
 

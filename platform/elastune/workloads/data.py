@@ -23,6 +23,10 @@ Sources:
 * `TextSource` (workloads/text_source.py) reads the user's documents for `workload: lm`
   (`data.source: text`), tokenized by a BPE trained on them.
 
+The file sources read a user's file, untrusted input, through workloads/files.py: a line over
+`data.max_document_bytes` is refused by its number before it is read whole, and a .gz is inflated
+as it is read.
+
 This module holds what they share: the shapes, `Batch`, the `DataSource` protocol, and the
 `DataArtifact` a file source keeps beside the weights.
 """

@@ -54,17 +54,18 @@ Epochs, the cursor and the eval split are those of every file source (criteo_fil
 from __future__ import annotations
 
 import csv
-import gzip
 import hashlib
+import io
 import json
 import os
 import re
 import tempfile
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -78,6 +79,7 @@ from elastune.config import DataConfig, TableSchema, elastune_home, table_format
 from elastune.errors import DataError
 from elastune.workloads.criteo_files import _Block, _FileSource
 from elastune.workloads.data import F64, I64, Batch, DataArtifact
+from elastune.workloads.files import block_size, check_parquet_values, open_bounded
 
 __all__ = [
     "FIRST_ID",
@@ -101,8 +103,8 @@ RARE_ID = 1  # vocabulary: values seen fewer than min_count times, and values no
 FIRST_ID = 2  # vocabulary: the most frequent kept value
 MULTI_HOT_SEPARATOR = "|"
 VOCABULARY_FORMAT = "elastune.vocabulary/1"
-BLOCK_ROWS = 65536  # Parquet rows per record batch
-CSV_BLOCK_BYTES = 1 << 20  # CSV bytes per record batch
+BLOCK_ROWS = 65536  # rows per record batch (a CSV block longer than that is cut into such batches)
+CSV_BLOCK_BYTES = 1 << 20  # CSV bytes per read block, at least (files.block_size: a row fits in one)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -119,12 +121,13 @@ def _roles(schema: TableSchema) -> dict[str, str]:
     }
 
 
-def _record_batches(path: Path, schema: TableSchema) -> Iterator[pa.RecordBatch]:
-    """The schema's columns of `path`, in record batches; the file is never read whole."""
+def _record_batches(path: Path, schema: TableSchema, limit: int) -> Iterator[pa.RecordBatch]:
+    """The schema's columns of `path`, in record batches; the file is never read whole, and a row
+    over `limit` bytes (data.max_document_bytes) is refused (workloads/files.py)."""
     if table_format(path) == "parquet":
-        yield from _parquet_batches(path, schema)
+        yield from _parquet_batches(path, schema, limit)
     else:
-        yield from _csv_batches(path, schema)
+        yield from _csv_batches(path, schema, limit)
 
 
 def _missing_columns(path: Path, names: list[str], schema: TableSchema) -> None:
@@ -147,14 +150,18 @@ def _parquet_file(path: Path) -> pq.ParquetFile:
         ) from None
 
 
-def _parquet_batches(path: Path, schema: TableSchema) -> Iterator[pa.RecordBatch]:
+def _parquet_batches(path: Path, schema: TableSchema, limit: int) -> Iterator[pa.RecordBatch]:
     f = _parquet_file(path)
     arrow = f.schema_arrow
     _missing_columns(path, list(arrow.names), schema)
     for name, role in _roles(schema).items():
         _check_type(path, name, role, arrow.field(name).type)
+    first_row = 1
     try:
-        yield from f.iter_batches(BLOCK_ROWS, columns=list(_roles(schema)))
+        for rb in f.iter_batches(BLOCK_ROWS, columns=list(_roles(schema))):
+            check_parquet_values(path, rb, first_row, limit)
+            first_row += rb.num_rows
+            yield rb
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"{path}: cannot be read as Parquet ({exc}); fix or rewrite the file") from None
 
@@ -183,36 +190,45 @@ def _check_type(path: Path, name: str, role: str, t: pa.DataType) -> None:
     raise DataError(f"{path}: column {name!r} ({role}) has type {t}; a {role} column holds {need}")
 
 
-def _open_text(path: Path) -> IO[str]:
-    if path.name.lower().endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8-sig", errors="replace", newline="")
-    return open(path, encoding="utf-8-sig", errors="replace", newline="")  # -sig: a BOM is not in the first name
-
-
 def _delimiter(path: Path) -> str:
     return "\t" if path.name.lower().endswith((".tsv", ".tsv.gz")) else ","
 
 
-def _csv_header(path: Path) -> list[str]:
+def _csv_header(path: Path, limit: int) -> list[str]:
     try:
-        with _open_text(path) as f:
+        raw = open_bounded(path, limit, cr_ends_lines=True)  # the csv module ends a row at a lone "\r" too
+        # utf-8-sig: a byte-order mark is not part of the first name
+        with io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="") as f:
             header = next(csv.reader(f, delimiter=_delimiter(path)), None)
-    except (OSError, EOFError, csv.Error) as exc:
+    except (OSError, EOFError, zlib.error, csv.Error) as exc:
         raise DataError(f"{path}: cannot be read as CSV ({exc}); give a CSV file with a header line") from None
     if not header:
         raise DataError(f"{path}: is empty (no header line, no rows); give a CSV file with a header and data rows")
     return header
 
 
-def _csv_batches(path: Path, schema: TableSchema) -> Iterator[pa.RecordBatch]:
-    header = _csv_header(path)
+def _csv_batches(path: Path, schema: TableSchema, limit: int) -> Iterator[pa.RecordBatch]:
+    header = _csv_header(path, limit)
     _missing_columns(path, header, schema)
     roles = _roles(schema)
     types = {c: pa.float64() if r in ("label", "dense") else pa.string() for c, r in roles.items()}
+    # the file through files.open_bounded (gunzipped there), so that a line over the limit is
+    # refused by its number before pyarrow holds it, and pyarrow's block holds the longest line allowed
+    try:
+        f = open_bounded(path, limit, cr_ends_lines=True)  # pyarrow ends a row at a lone "\r" too
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DataError(f"{path}: cannot be read as CSV ({exc}); fix the file") from None
+    with f:
+        yield from _csv_rows(path, f, header, roles, types, block_size(limit, CSV_BLOCK_BYTES))
+
+
+def _csv_rows(
+    path: Path, f: io.BufferedReader, header: list[str], roles: dict[str, str], types: dict[str, Any], block: int
+) -> Iterator[pa.RecordBatch]:
     try:
         reader = pa_csv.open_csv(
-            str(path),
-            read_options=pa_csv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES),
+            f,
+            read_options=pa_csv.ReadOptions(use_threads=False, block_size=block),
             parse_options=pa_csv.ParseOptions(delimiter=_delimiter(path)),
             convert_options=pa_csv.ConvertOptions(
                 include_columns=list(roles),
@@ -221,10 +237,12 @@ def _csv_batches(path: Path, schema: TableSchema) -> Iterator[pa.RecordBatch]:
                 quoted_strings_can_be_null=False,
             ),
         )
-        yield from reader
+        for rb in reader:  # a block of a long limit holds many rows: converted BLOCK_ROWS at a time
+            for start in range(0, rb.num_rows, BLOCK_ROWS):
+                yield rb.slice(start, BLOCK_ROWS)
     except pa.ArrowInvalid as exc:
         raise _csv_error(path, header, roles, exc) from None
-    except (pa.ArrowException, OSError, EOFError) as exc:
+    except (pa.ArrowException, OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot be read as CSV ({exc}); fix the file") from None
 
 
@@ -457,7 +475,7 @@ def _scan(data: DataConfig, fingerprint: dict[str, Any]) -> Vocabulary:
     counts: dict[str, Counter[str]] = {c: Counter() for c in schema.sparse}
     truncated = dict.fromkeys(schema.multi_hot, 0)
     rows = 0
-    for rb in _record_batches(path, schema):
+    for rb in _record_batches(path, schema, data.max_document_bytes):
         _numbers(path, rb, schema.label, "label", rows + 1)
         for name in schema.dense:
             _numbers(path, rb, name, "dense", rows + 1)
@@ -567,6 +585,7 @@ class TableSource(_FileSource):
     def __init__(self, data: DataConfig, *, eval_samples: int, layout: TableLayout | None = None) -> None:
         assert data.path is not None and data.table_schema is not None, "a validated table config"
         self.schema = data.table_schema
+        self._limit = data.max_document_bytes
         self.layout = layout or table_layout(data)
         self.num_dense = self.layout.num_dense
         self.num_sparse = len(self.layout.names)
@@ -578,7 +597,7 @@ class TableSource(_FileSource):
 
     def _parse(self, path: Path) -> Iterator[_Block]:
         first_row = 1
-        for rb in _record_batches(path, self.schema):
+        for rb in _record_batches(path, self.schema, self._limit):
             batch, truncated = self._convert(path, rb, first_row)
             first_row += rb.num_rows
             yield _Block(batch, [], first_row - 1, truncated)

@@ -13,7 +13,8 @@ data:
 Documents: in a .txt (.txt.gz) each non-empty line is one document (its text without the line
 ending; a line of whitespace only is none). In a .jsonl (.jsonl.gz) each non-blank line is one
 JSON object and the document is its `text_field` string (an empty or blank string is none). Files
-are UTF-8 (a byte-order mark at the start is skipped), at most MAX_TEXT_BYTES after decompression.
+are UTF-8 (a byte-order mark at the start is skipped), at most MAX_TEXT_BYTES after decompression,
+and no line is over data.max_document_bytes (refused before it is read whole: workloads/files.py).
 
 The split: with eval_path every document of path trains and eval_path's are held out. Without it,
 eval.samples documents spread over path are held out: every k-th, k = max(2, documents //
@@ -48,22 +49,21 @@ file gets a new key. Validation (validate.py: `check_text_data`) builds them: it
 checks every line, trains the tokenizer and tokenizes, once; the run's processes then load them.
 
 Bad input is a DataError naming the file (and the line): an empty file, a line that is not UTF-8 or
-not a JSON object, an object without a string `text_field`, a file past the size bound, fewer than
-2 training sequences, too few documents to hold one out.
+not a JSON object, an object without a string `text_field`, a line over data.max_document_bytes, a
+file past the size bound, fewer than 2 training sequences, too few documents to hold one out.
 """
 
 from __future__ import annotations
 
 import codecs
-import gzip
 import hashlib
 import json
 import os
+import re
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,7 @@ from elastune.config import DataConfig, RunConfig, elastune_home, text_format
 from elastune.errors import DataError
 from elastune.units import human_bytes
 from elastune.workloads.data import I64, Batch, DataArtifact, Mask, check_range
+from elastune.workloads.files import DataTooBig, bounded_lines
 
 __all__ = [
     "EOS",
@@ -99,7 +100,12 @@ SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")  # in id order
 MIN_VOCAB = 256 + len(SPECIAL_TOKENS)  # every byte has an id, then the special tokens
 MAX_TEXT_BYTES = 2 << 30  # 2 GiB of text, decompressed: the ids are held in memory (4 bytes each)
 HASHED_BYTES = 1 << 20  # the fingerprint hashes a file's first and last MiB
-ENCODE_DOCUMENTS = 1024  # documents per encode_batch call
+ENCODE_DOCUMENTS = 1024  # pieces of documents per encode_batch call, at most
+ENCODE_CHARS = 4 << 20  # text per encode_batch call, at most (one longer piece goes alone)
+PIECE_CHARS = 1 << 16  # a longer document reaches the tokenizer in pieces of about half this or more
+# where a document may be cut with no change to its tokens: a single space between two letters or
+# digits starts a pre-token of the byte-level BPE (GPT-2's split pattern) and ends the one before
+_CUT = re.compile(r"(?<=[^\W_]) (?=[^\W_])")
 CACHE_FORMAT = "elastune.text/1"
 
 U32 = npt.NDArray[np.uint32]
@@ -110,22 +116,17 @@ U32 = npt.NDArray[np.uint32]
 # ----------------------------------------------------------------------------------------------
 
 
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes without the line ending) of `path`, gunzipped; never more than
-    MAX_TEXT_BYTES in all, however long a line is."""
-    opener: Callable[..., Any] = gzip.open if path.name.lower().endswith(".gz") else open
-    read = 0
+def _lines(path: Path, limit: int) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes without the line ending) of `path`, gunzipped: a line over `limit` bytes
+    (data.max_document_bytes) is refused before it is read whole, and a file over MAX_TEXT_BYTES of
+    text as soon as that much is read (files.bounded_lines: a gzip bomb costs no memory)."""
     try:
-        with opener(path, "rb") as f:
-            number = 0
-            while line := f.readline(MAX_TEXT_BYTES - read + 1):
-                number += 1
-                read += len(line)
-                if read > MAX_TEXT_BYTES:
-                    raise _too_big(path, decompressed=opener is gzip.open)
-                if number == 1 and line.startswith(codecs.BOM_UTF8):
-                    line = line[len(codecs.BOM_UTF8) :]
-                yield number, line.rstrip(b"\r\n")
+        for number, line in bounded_lines(path, limit, max_bytes=MAX_TEXT_BYTES):
+            if number == 1 and line.startswith(codecs.BOM_UTF8):
+                line = line[len(codecs.BOM_UTF8) :]
+            yield number, line.rstrip(b"\r\n")
+    except DataTooBig:
+        raise _too_big(path, decompressed=path.name.lower().endswith(".gz")) from None
     except (OSError, EOFError, zlib.error) as exc:
         raise DataError(f"{path}: cannot be read ({exc}); give a readable UTF-8 text file (gzipped if .gz)") from None
 
@@ -134,10 +135,10 @@ _JSON_KIND = {dict: "an object", list: "an array", str: "a string", int: "a numb
               bool: "true or false", type(None): "null"}  # fmt: skip
 
 
-def _documents(path: Path, text_field: str) -> Iterator[str]:
+def _documents(path: Path, text_field: str, limit: int) -> Iterator[str]:
     """The documents of `path` in file order (see the module docstring); DataError at the first bad line."""
     jsonl = text_format(path) == "jsonl"
-    for number, raw in _lines(path):
+    for number, raw in _lines(path, limit):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -285,17 +286,17 @@ def text_tokenizer(data: DataConfig, vocab: int, eval_samples: int) -> Tokenizer
         tokenizer = Tokenizer.from_file(str(where))
     except Exception:  # none yet, or damaged (the Rust side raises plain Exception): trained again
         assert data.path is not None
-        tokenizer = _train(data.path, data.text_field, vocab, eval_samples)
+        tokenizer = _train(data.path, data.text_field, vocab, eval_samples, data.max_document_bytes)
         _write(where, lambda f: f.write(tokenizer.to_str().encode()))
     tokenizer.encode_special_tokens = True  # "<eos>" in a document is text, not the id
     _TOKENIZERS[key] = tokenizer
     return tokenizer
 
 
-def _train(path: Path, text_field: str, vocab: int, eval_samples: int) -> Tokenizer:
+def _train(path: Path, text_field: str, vocab: int, eval_samples: int, limit: int) -> Tokenizer:
     """A byte-level BPE trained on the training documents of `path`: one pass to count them (which
     ones are held out depends on how many there are), one to train."""
-    documents = sum(1 for _ in _documents(path, text_field))
+    documents = sum(1 for _ in _documents(path, text_field, limit))
     _check_count(path, documents, eval_samples)
     held = _held_out(documents, eval_samples)
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS[UNK]))
@@ -308,24 +309,63 @@ def _train(path: Path, text_field: str, vocab: int, eval_samples: int) -> Tokeni
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte, seen or not
         show_progress=False,
     )
-    train = (doc for doc, out in zip(_documents(path, text_field), held, strict=True) if not out)
-    tokenizer.train_from_iterator(train, trainer=trainer)
+    train = (doc for doc, out in zip(_documents(path, text_field, limit), held, strict=True) if not out)
+    pieces = (piece for doc in train for piece in _cut(doc))  # the same words, so the same merges
+    tokenizer.train_from_iterator(pieces, trainer=trainer)
     ids = [tokenizer.token_to_id(token) for token in SPECIAL_TOKENS]
     assert ids == [PAD, UNK, EOS], f"special tokens at {ids}"
     return tokenizer
 
 
+def _cut(doc: str) -> Iterator[str]:
+    """`doc` in pieces that tokenize, one after the other, to the ids it tokenizes to whole (cut
+    only at _CUT): the tokenizer holds about a hundred bytes per byte of the text it is given at
+    once (measured: 4 MiB in one string peaks at 460 MB training, 530 MB encoding), so a document of
+    data.max_document_bytes goes in pieces of PIECE_CHARS / 2 or more. A stretch with nowhere to cut
+    (no single space between letters or digits) stays whole."""
+    start = 0
+    while len(doc) - start > PIECE_CHARS:
+        cut = _CUT.search(doc, start + PIECE_CHARS // 2)
+        if cut is None:
+            break
+        yield doc[start : cut.start()]
+        start = cut.start()
+    yield doc[start:]
+
+
 def _encode(tokenizer: Tokenizer, documents: Iterable[str]) -> U32:
     """Every document's ids followed by EOS, end to end."""
     parts = [np.zeros(0, dtype=np.uint32)]
-    docs = iter(documents)
-    while chunk := list(islice(docs, ENCODE_DOCUMENTS)):
-        encoded = tokenizer.encode_batch_fast(chunk, add_special_tokens=False)
-        parts += [np.array([*e.ids, EOS], dtype=np.uint32) for e in encoded]
+    eos = np.array([EOS], dtype=np.uint32)
+    count = 0
+    for chunk in _chunks((piece, i == 0) for doc in documents for i, piece in enumerate(_cut(doc))):
+        encoded = tokenizer.encode_batch_fast([piece for piece, _ in chunk], add_special_tokens=False)
+        for e, (_, first) in zip(encoded, chunk, strict=True):
+            if first and count:  # a document starts: the one before it ends
+                parts.append(eos)
+            count += first
+            parts.append(np.array(e.ids, dtype=np.uint32))
+    if count:
+        parts.append(eos)
     ids = np.concatenate(parts)
     # EOS alone marks where a document ends: no document holds a special id (encode_special_tokens)
-    assert int((ids <= EOS).sum()) == len(parts) - 1, "a document encoded to a special id"
+    assert int((ids <= EOS).sum()) == count, "a document encoded to a special id"
     return ids
+
+
+def _chunks(pieces: Iterable[tuple[str, bool]]) -> Iterator[list[tuple[str, bool]]]:
+    """The pieces in lists of at most ENCODE_DOCUMENTS and about ENCODE_CHARS of text: the tokenizer
+    holds a batch's text and its encodings at once, many times the text's size."""
+    chunk: list[tuple[str, bool]] = []
+    size = 0
+    for piece in pieces:
+        if chunk and (len(chunk) == ENCODE_DOCUMENTS or size + len(piece[0]) > ENCODE_CHARS):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(piece)
+        size += len(piece[0])
+    if chunk:
+        yield chunk
 
 
 def _write(where: Path, write: Callable[[Any], Any]) -> None:
@@ -340,7 +380,7 @@ def _write(where: Path, write: Callable[[Any], Any]) -> None:
         return
 
 
-def _ids(where: Path, tokenizer: Tokenizer, path: Path, text_field: str) -> U32:
+def _ids(where: Path, tokenizer: Tokenizer, path: Path, text_field: str, limit: int) -> U32:
     """The ids of path's documents: mapped from the cache, or tokenized and cached."""
     try:
         ids = np.load(where, mmap_mode="r", allow_pickle=False)
@@ -348,7 +388,7 @@ def _ids(where: Path, tokenizer: Tokenizer, path: Path, text_field: str) -> U32:
             return ids
     except (OSError, ValueError):
         pass  # none yet, or damaged: tokenized again
-    ids = _encode(tokenizer, _documents(path, text_field))
+    ids = _encode(tokenizer, _documents(path, text_field, limit))
     _write(where, lambda f: np.save(f, ids, allow_pickle=False))
     return ids
 
@@ -392,10 +432,11 @@ def text_corpus(data: DataConfig, vocab: int, eval_samples: int) -> TextCorpus:
         return known
     assert data.path is not None
     tokenizer = text_tokenizer(data, vocab, eval_samples)
-    documents = _Documents.of(_ids(_cache() / f"{key}.ids.npy", tokenizer, data.path, data.text_field))
+    limit = data.max_document_bytes
+    documents = _Documents.of(_ids(_cache() / f"{key}.ids.npy", tokenizer, data.path, data.text_field, limit))
     eval_documents = None
     if data.eval_path is not None:
-        ids = _ids(_cache() / f"{eval_key}.eval.npy", tokenizer, data.eval_path, data.text_field)
+        ids = _ids(_cache() / f"{eval_key}.eval.npy", tokenizer, data.eval_path, data.text_field, limit)
         eval_documents = _Documents.of(ids)
     corpus = _CORPORA[f"{key}/{eval_key}"] = TextCorpus(tokenizer, documents, eval_documents)
     return corpus
