@@ -1,7 +1,7 @@
 """A checkpoint never runs code, and a checkpoint.path the run cannot use is refused up front.
 
 Every bad checkpoint.path goes through the real CLI (`elastune train`): exit 2, one line naming
-checkpoint.path, and nothing built, run, written or left behind (no `<file>.tmp`, no folder).
+checkpoint.path, and nothing built, run, written or left behind (no temporary file, no folder).
 "Nothing built" is observed by recording every call of the loop's `build_workload` (the call
 still goes through): the refusal must come before the first one.
 """
@@ -61,7 +61,18 @@ def run_train(*sets: str) -> int:
 
 
 def listing(folder: Path) -> dict[str, bytes | None]:
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
+    """Every entry under `folder` with its bytes (None for a folder, a link's target for a symlink)."""
+    return {
+        str(p.relative_to(folder)): (
+            f"-> {os.readlink(p)}".encode() if p.is_symlink() else p.read_bytes() if p.is_file() else None
+        )
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary files a checkpoint write left in `folder` (atomic_write's: `<name>.<random>.tmp`)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
 # -- files that are not elastune checkpoints
@@ -179,6 +190,180 @@ def test_a_checkpoint_of_another_config_is_refused_before_the_build(
     assert "was written by a run with different seed" in capsys.readouterr().err
 
 
+# -- a real checkpoint's numbers, tampered with: bounded like the config
+
+# The config every run below trains and resumes with (run_train: TINY, steps=2): micro 64, accum 1.
+EFFECTIVE = 64
+
+
+@pytest.fixture(scope="module")
+def real_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A checkpoint written by a real 2-step run of each precision asked for, trained once per module."""
+    made: dict[str, Path] = {}
+
+    def real(precision: str) -> Path:
+        if precision not in made:
+            made[precision] = tmp_path_factory.mktemp(precision) / "run.ckpt"
+            assert run_train(f"checkpoint.path={made[precision]}", f"precision={precision}") == 0
+        return made[precision]
+
+    return real
+
+
+def set_in(*keys: Any, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A tamper that sets payload[keys[0]][keys[1]]... to `value`."""
+
+    def tamper(payload: dict[str, Any]) -> None:
+        inner = payload
+        for key in keys[:-1]:
+            inner = inner[key]
+        inner[keys[-1]] = value
+
+    return tamper
+
+
+def nan_in_a_weight(payload: dict[str, Any]) -> None:
+    weight = payload["model"]["top.0.weight"]
+    assert weight.dtype == torch.float32 and torch.isfinite(weight).all()  # real, finite weights before
+    weight[0, 0] = float("nan")
+
+
+def inf_in_adam_state(payload: dict[str, Any]) -> None:
+    payload["optimizers"]["dense"]["state"][0]["exp_avg_sq"][-1] = float("inf")
+
+
+def nan_under_a_shared_list(payload: dict[str, Any]) -> None:
+    # 64 levels of [x, x]: a small file (pickle shares x), 2^64 paths to the NaN for a naive walk.
+    nested: list[Any] = [float("nan")]
+    for _ in range(64):
+        nested = [nested, nested]
+    payload["optimizers"]["dense"]["param_groups"][0]["planted"] = nested
+
+
+# (tamper, what the error says after "checkpoint.path='FILE': ", refused before the model is built)
+BOUNDS = {
+    "nan_weight": (nan_in_a_weight, "model.top.0.weight hold NaN or inf", False),
+    "inf_adam_state": (inf_in_adam_state, "optimizers.dense.state.0.exp_avg_sq hold NaN or inf", False),
+    "nan_lr": (set_in("optimizers", "dense", "param_groups", 0, "lr", value=float("nan")), "lr=nan hold NaN", False),
+    "nan_shared": (nan_under_a_shared_list, "optimizers.dense.param_groups.0.planted.1.1.", False),
+    "micro_2^40": (
+        set_in("loop", "micro", value=2**40),
+        f"loop.micro=1099511627776 x loop.accum=1 is not this config's effective batch {EFFECTIVE}",
+        True,
+    ),
+    "accum_2^40": (
+        set_in("loop", "accum", value=2**40),
+        f"loop.micro=64 x loop.accum=1099511627776 is not this config's effective batch {EFFECTIVE}",
+        True,
+    ),
+    "step_2^62": (set_in("loop", "step", value=2**62), "loop.step=4611686018427387904 is beyond steps=2", True),
+    "step_negative": (set_in("loop", "step", value=-1), "loop.step=-1 is below 0", True),
+    "step_past_the_run": (
+        lambda p: p["loop"].update(step=5, samples=5 * EFFECTIVE),
+        "loop.step=5 is beyond steps=2; raise steps to at least 5",
+        True,
+    ),
+    "micro_bool": (set_in("loop", "micro", value=True), "loop.micro=True is a bool, not an int", True),
+    "step_float": (set_in("loop", "step", value=2.0), "loop.step=2.0 is a float, not an int", True),
+    "step_tensor": (set_in("loop", "step", value=torch.tensor(2)), "loop.step=tensor(2) is a Tensor, not an int", True),
+    "samples": (set_in("loop", "samples", value=10**9), "loop.samples=1000000000 is not loop.step=2 x", True),
+    "oom_retries_2^62": (set_in("loop", "oom_retries", value=2**62), "loop.oom_retries=4611686018427387904", True),
+    "huge_int": (set_in("loop", "samples", value=2**200), "loop.samples=<a 201-bit number>", True),
+    "adam_step_negative": (
+        set_in("optimizers", "dense", "state", 0, "step", value=torch.tensor(-1.0)),
+        "optimizers.dense.state.0.step=-1.0 is not a count of steps from 0 to loop.step=2",
+        True,
+    ),
+    "adam_step_2^40": (
+        set_in("optimizers", "dense", "state", 0, "step", value=torch.tensor(2.0**40)),
+        "optimizers.dense.state.0.step=1099511627776.0 is not a count of steps",
+        True,
+    ),
+    "rng_short": (lambda p: p.update(rng=p["rng"][:100].clone()), "malformed rng", True),
+}
+
+
+@pytest.mark.parametrize(("tamper", "said", "before_build"), BOUNDS.values(), ids=BOUNDS.keys())
+def test_a_checkpoint_out_of_the_configs_bounds_is_refused_and_kept(
+    tmp_path: Path,
+    builds: list[str],
+    capsys: pytest.CaptureFixture[str],
+    real_checkpoints: Callable[[str], Path],
+    tamper: Callable[[dict[str, Any]], None],
+    said: str,
+    before_build: bool,
+) -> None:
+    # A real checkpoint of this very config, one number changed (weights_only-loadable data): exit 2
+    # naming the field and its value, nothing trained, and the file kept byte for byte (no fresh run
+    # overwrites it). Today's code trains on (NaN, a step past the run: exit 0 at 0 samples/s) or
+    # crashes mid-run (micro x accum = 2^40).
+    target = tmp_path / "run.ckpt"
+    payload = torch.load(real_checkpoints("fp32"), weights_only=True)
+    assert payload["loop"] == {"step": 2, "samples": 2 * EFFECTIVE, "micro": 64, "accum": 1, "oom_retries": 0}
+    tamper(payload)
+    torch.save(payload, target)
+    before = listing(tmp_path)
+
+    code = run_train(f"checkpoint.path={target}", "checkpoint.resume=true")
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"checkpoint.path='{target}': " in err and said in err, err
+    assert "Traceback" not in err
+    if said != "malformed rng":
+        assert "delete the file or set checkpoint.resume=false" in err  # the fix
+    assert listing(tmp_path) == before
+    if before_build:
+        assert builds == []
+
+
+def test_a_checkpoint_split_finer_than_the_config_is_refused(
+    tmp_path: Path, builds: list[str], capsys: pytest.CaptureFixture[str], real_checkpoints: Callable[[str], Path]
+) -> None:
+    # The same effective batch (64) split as 32 x 2 now: the checkpoint's micro-batch 64 is one the run
+    # never trains at (it only halves batch.micro), so it is refused rather than silently used.
+    target = tmp_path / "run.ckpt"
+    shutil.copy(real_checkpoints("fp32"), target)
+    before = listing(tmp_path)
+
+    code = run_train(f"checkpoint.path={target}", "checkpoint.resume=true", "batch.micro=32", "batch.accum=2")
+
+    assert code == 2
+    assert "loop.micro=64 is above batch.micro=32" in capsys.readouterr().err
+    assert listing(tmp_path) == before and builds == []
+
+
+SCALER = {
+    "scale_0": (set_in("scaler", "scale", value=0.0), "scaler.scale=0.0 is not above 0"),
+    "tracker_float": (set_in("scaler", "_growth_tracker", value=2.5), "scaler._growth_tracker=2.5 is not an int"),
+    "interval": (set_in("scaler", "growth_interval", value=1), "scaler.growth_interval=1 is not this run's 2000"),
+    "scale_inf": (set_in("scaler", "scale", value=float("inf")), "malformed scaler"),
+}
+
+
+@pytest.mark.parametrize(("tamper", "said"), SCALER.values(), ids=SCALER.keys())
+def test_an_fp16_checkpoints_scaler_out_of_bounds_is_refused_and_kept(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    real_checkpoints: Callable[[str], Path],
+    tamper: Callable[[dict[str, Any]], None],
+    said: str,
+) -> None:
+    target = tmp_path / "run.ckpt"
+    payload = torch.load(real_checkpoints("fp16"), weights_only=True)
+    assert payload["scaler"]["growth_interval"] == 2000 and payload["scaler"]["scale"] > 0
+    tamper(payload)
+    torch.save(payload, target)
+    before = listing(tmp_path)
+
+    code = run_train(f"checkpoint.path={target}", "checkpoint.resume=true", "precision=fp16")
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"checkpoint.path='{target}': " in err and said in err, err
+    assert listing(tmp_path) == before
+
+
 def test_a_file_that_is_not_a_checkpoint_is_never_overwritten(
     tmp_path: Path, builds: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -189,7 +374,7 @@ def test_a_file_that_is_not_a_checkpoint_is_never_overwritten(
 
     assert builds == []
     assert precious.read_text() == "not elastune's\n"
-    assert not (tmp_path / "notes.txt.tmp").exists()
+    assert leftovers(tmp_path) == []
     assert "would overwrite it" in capsys.readouterr().err
 
 
@@ -234,6 +419,39 @@ def test_a_special_file_is_refused(
     assert f"checkpoint.path='{fifo}': is not a regular file" in capsys.readouterr().err
 
 
+LINKED = {
+    "dangling": lambda elsewhere: elsewhere / "missing.ckpt",
+    "empty_file": lambda elsewhere: (elsewhere / "empty").touch() or elsewhere / "empty",
+    "a_checkpoint": lambda elsewhere: elsewhere / "real.ckpt",
+}
+
+
+@pytest.mark.parametrize("points_at", LINKED.values(), ids=LINKED.keys())
+@WHEN
+def test_a_symlink_is_refused_and_nothing_is_written_through_or_over_it(
+    tmp_path: Path,
+    builds: list[str],
+    capsys: pytest.CaptureFixture[str],
+    real_checkpoints: Callable[[str], Path],
+    points_at: Callable[[Path], Path],
+    when: list[str],
+) -> None:
+    # A link planted at checkpoint.path (in a shared folder) could point anywhere: today's run
+    # follows it to resume, and its final rename replaces the link with a regular file.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(real_checkpoints("fp32"), elsewhere / "real.ckpt")
+    link = tmp_path / "run.ckpt"
+    link.symlink_to(points_at(elsewhere))
+    before = listing(tmp_path)
+
+    assert run_train(f"checkpoint.path={link}", *when) == 2
+
+    assert builds == []
+    assert listing(tmp_path) == before and link.is_symlink()
+    assert f"checkpoint.path='{link}': is a symbolic link" in capsys.readouterr().err
+
+
 @WHEN
 def test_a_missing_folder_is_refused_not_created(
     tmp_path: Path, builds: list[str], capsys: pytest.CaptureFixture[str], when: list[str]
@@ -264,7 +482,7 @@ def test_an_unwritable_folder_is_refused(
 
     assert builds == []
     assert listing(tmp_path) == before
-    assert not target.exists() and not target.with_name(target.name + ".tmp").exists()
+    assert not target.exists() and not list(target.parent.glob(f"{target.name}*.tmp"))
     err = capsys.readouterr().err
     assert f"checkpoint.path='{target}'" in err
     assert ("is not a folder" in err) if where == "under_a_file" else ("cannot create a file in '/proc'" in err)
@@ -312,7 +530,7 @@ def test_a_real_checkpoint_resumes_bit_exactly_and_a_planted_one_is_refused(
     # The real one resumes to exactly the uninterrupted run: weights, optimizer and scaler state.
     result = train(tiny_cfg(*args, "steps=4", f"checkpoint.path={half_way}", "checkpoint.resume=true"))
     assert result.steps == 4
-    assert not (tmp_path / "half.ckpt.tmp").exists()
+    assert leftovers(tmp_path) == []
     a, b = torch.load(straight, weights_only=True), torch.load(half_way, weights_only=True)
     assert a["loop"] == b["loop"] and a["scaler"] == b["scaler"]
     assert torch.equal(a["rng"], b["rng"])

@@ -10,6 +10,18 @@ so it is read with `torch.load(weights_only=True)` and no class is allow-listed.
 anything else (a pickled object whose loading would call a function) is refused, as are files that
 are not elastune checkpoints at all.
 
+Plain data is still untrusted, whoever wrote it (checkpoint folders may be shared): what a run
+resumes from is bounded like its config (training/checkpoint_bounds.py). Its loop state must be
+one a run of this config reaches (0 <= step <= steps, micro x accum = the effective batch, ...),
+each number of its type, and no float of the model, optimizers or scaler NaN or inf. Each refusal
+names checkpoint.path, the field and its value: exit 2, nothing trained, the file kept as it is.
+
+A checkpoint, and the data artifact beside it, is written by `atomic_write`: to a new private file
+in its folder, then renamed over the target. No name someone else could plant (a symlink at
+`<path>.tmp`, a user's own file) is ever opened for writing, and the file keeps mode 0600 (the
+weights, and a vocabulary of the data's own values, are the user's). A checkpoint.path that is
+itself a symlink is refused.
+
 `check_checkpoint` runs before anything is built (training/loop.py): the target of
 checkpoint.path must be a file in an existing, writable folder, a file to resume from must be an
 elastune checkpoint of this config, and a file that would be overwritten must be one too (or
@@ -34,6 +46,13 @@ from torch import nn
 
 from elastune.config import CheckpointConfig
 from elastune.errors import ConfigError, InputError, Problem
+from elastune.files import atomic_write
+from elastune.training.checkpoint_bounds import (
+    loop_problems,
+    non_finite,
+    optimizer_steps,
+    scaler_problems,
+)
 from elastune.training.optim import Optimizers
 
 if TYPE_CHECKING:
@@ -59,10 +78,6 @@ class LoopState:
     oom_retries: int = 0
 
 
-# LoopState's fields, each with the least value a checkpoint may hold.
-_LOOP_FLOORS = {"step": 0, "samples": 0, "micro": 1, "accum": 1, "oom_retries": 0}
-
-
 def check_checkpoint(ckpt: CheckpointConfig, config: dict[str, Any], *, writes: bool) -> None:
     """Refuse, before the model is built, a checkpoint.path the run could not use: not a file, in a
     folder that does not exist or cannot be written (when this process `writes` the checkpoint),
@@ -75,8 +90,19 @@ def check_checkpoint(ckpt: CheckpointConfig, config: dict[str, Any], *, writes: 
     if not path.is_file():
         return  # a new file: resume starts from scratch, as its description says
     if ckpt.resume:
-        _read(path, config, mmap=True)  # mmap: the check reads the structure, not every tensor
-        _check_data_artifact(path, config)
+        # Every problem at once: a file out of this config's bounds (a step past steps) may also
+        # have been trained on other data.
+        problems: list[Problem] = []
+        for check in (
+            lambda: _read(path, config, mmap=True),  # mmap: the check reads the structure, not every tensor
+            lambda: _check_data_artifact(path, config),
+        ):
+            try:
+                check()
+            except ConfigError as exc:
+                problems += exc.problems
+        if problems:
+            raise ConfigError(problems)
     elif writes and not _is_empty(path) and not _is_checkpoint(path):
         raise _problem(
             path,
@@ -103,13 +129,7 @@ def save_checkpoint(
         "config": config,
     }
     # No mkdir: check_checkpoint required the folder to exist (a typo in a path must not create one).
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)  # atomic: a crash mid-write never leaves a torn checkpoint behind
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a failed write (disk full, interrupted) leaves nothing behind
-        raise
+    atomic_write(path, lambda file: torch.save(payload, file))
     _save_data_artifact(path, config)
 
 
@@ -130,7 +150,7 @@ def _check_data_artifact(path: Path, config: dict[str, Any]) -> None:
     if not beside.is_file():
         return
     try:
-        saved = artifact.ids(json.loads(beside.read_text()))
+        saved = artifact.ids(json.loads(beside.read_text(encoding="utf-8")))
     except (OSError, ValueError, AttributeError, KeyError, TypeError):
         saved = None
     if saved is None or saved != artifact.ids(json.loads(artifact.text)):
@@ -148,14 +168,8 @@ def _save_data_artifact(path: Path, config: dict[str, Any]) -> None:
     artifact = _data_artifact(config)
     if artifact is None:
         return
-    target = path.with_name(path.name + artifact.suffix)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        tmp.write_text(artifact.text)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    data = artifact.text.encode("utf-8")
+    atomic_write(path.with_name(path.name + artifact.suffix), lambda file: file.write(data))
 
 
 def load_checkpoint(
@@ -169,6 +183,11 @@ def load_checkpoint(
     # Read again rather than kept from check_checkpoint: the tensors are read here, after the
     # memory baseline, and a file replaced since the check is checked again all the same.
     payload, state = _read(path, config, mmap=False)
+    # Checked on the tensors read now (the check before the build maps the file, reading no more
+    # than its structure): a NaN or an inf would turn every weight it touches into NaN.
+    wrong = [*non_finite(payload), *scaler_problems(payload["scaler"], scaler.state_dict())]
+    if wrong:
+        raise _problems(path, wrong)
     try:
         model.load_state_dict(payload["model"])
         opts.load_state_dict(payload["optimizers"])
@@ -185,6 +204,14 @@ def load_checkpoint(
 
 
 def _check_place(path: Path, *, writes: bool) -> None:
+    if path.is_symlink():
+        # Refused even where the run only reads it: every run writes the checkpoint back at its
+        # end, and the rename would replace the link, not the file it points at.
+        raise _problem(
+            path,
+            f"is a symbolic link (to {_link_target(path)!r}); elastune neither reads nor writes a checkpoint "
+            "through a link: give the path of the file itself",
+        )
     if path.is_dir():
         raise _problem(path, "is a folder; give a file in it, e.g. checkpoint.path=" + str(path / "run.ckpt"))
     if path.exists() and not path.is_file():
@@ -212,9 +239,13 @@ def _check_place(path: Path, *, writes: bool) -> None:
             f"cannot create a file in {str(folder)!r} ({exc.strerror or exc}); point checkpoint.path "
             "into a folder this process can write",
         ) from None
-    tmp = path.with_name(path.name + ".tmp")
-    if tmp.exists() and not tmp.is_file():
-        raise _problem(path, f"{str(tmp)!r} (where the checkpoint is written first) is not a file; remove it")
+
+
+def _link_target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
 
 
 def _read(path: Path, config: dict[str, Any], *, mmap: bool) -> tuple[dict[str, Any], LoopState]:
@@ -237,7 +268,11 @@ def _read(path: Path, config: dict[str, Any], *, mmap: bool) -> tuple[dict[str, 
             f"was written by a run with different {', '.join(differ)}; "
             "resume with the same config or point checkpoint.path at a new file",
         )
-    return payload, _loop_state(path, payload["loop"])
+    state = _loop_state(path, payload["loop"], config)
+    wrong = optimizer_steps(payload["optimizers"], state.step)
+    if wrong:
+        raise _problems(path, wrong)
+    return payload, state
 
 
 def _malformed(payload: dict[str, Any]) -> list[str]:
@@ -251,20 +286,22 @@ def _malformed(payload: dict[str, Any]) -> list[str]:
         and (not scaler or set(scaler) == _SCALER_KEYS)
         and all(type(v) in (int, float) and math.isfinite(v) and v >= 0 for v in scaler.values()),
         "loop": isinstance(payload["loop"], Mapping),
-        "rng": isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 and rng.dim() == 1,
+        # the CPU generator's state, of the size torch.set_rng_state takes (it checks the contents)
+        "rng": isinstance(rng, torch.Tensor)
+        and rng.dtype == torch.uint8
+        and rng.layout == torch.strided
+        and rng.shape == torch.get_rng_state().shape,
         "config": isinstance(payload["config"], Mapping),
     }
     return [key for key, ok in fine.items() if not ok]
 
 
-def _loop_state(path: Path, loop: Mapping[str, Any]) -> LoopState:
-    fine = set(loop) == set(_LOOP_FLOORS) and all(
-        type(value) is int and value >= _LOOP_FLOORS[key] for key, value in loop.items()
-    )
-    if not fine:
-        raise _problem(
-            path, f"is not an elastune checkpoint (malformed loop state {dict(loop)}); point it at another file"
-        )
+def _loop_state(path: Path, loop: Mapping[Any, Any], config: Mapping[str, Any]) -> LoopState:
+    """The loop state, if a run of `config` could have written it; every field out of bounds at once."""
+    batch = config["batch"]
+    wrong = loop_problems(loop, steps=config["steps"], micro=batch["micro"], accum=batch["accum"])
+    if wrong:
+        raise _problems(path, wrong)
     return LoopState(**loop)
 
 
@@ -316,4 +353,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _problem(path: Path, message: str) -> ConfigError:
-    return ConfigError([Problem("checkpoint.path", str(path), message)])
+    return _problems(path, [message])
+
+
+def _problems(path: Path, messages: list[str]) -> ConfigError:
+    return ConfigError([Problem("checkpoint.path", str(path), message) for message in messages])
