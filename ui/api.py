@@ -104,10 +104,12 @@ def health(request: Request) -> dict[str, Any]:
     settings = _settings(request)
     return {
         "status": "ok",
-        "ray_address": settings.ray_address or "local (auto)",
+        "ray_address": settings.ray_address,
         "tracking_uri": request.app.state.tracking_uri,
         "spec_dir": str(settings.spec_dir),
         "token_required": bool(settings.token),
+        "job_memory_ceiling_bytes": request.app.state.job_ceiling,
+        "all_jobs": settings.all_jobs,
     }
 
 
@@ -167,13 +169,24 @@ def _invalid_spec(name: str, error: str, problems: list[str]) -> dict[str, Any]:
     return {"name": name, "valid": False, "error": launch.jsonable(error), "problems": launch.jsonable(problems)}
 
 
-@router.get("/jobs", summary="Jobs on the Ray cluster, newest first", responses=_responses(503))
+@router.get(
+    "/jobs",
+    summary="Jobs elastune launched on the Ray cluster (every job with --all-jobs), newest first",
+    responses=_responses(503),
+)
 def list_jobs(request: Request) -> list[JobOut]:
     return [JobOut(**j) for j in _jobs(request).list()]
 
 
-@router.post("/jobs", status_code=201, summary="Launch a registered job kind", responses=_responses(422, 503))
+@router.post(
+    "/jobs",
+    status_code=201,
+    summary="Launch a registered job kind (priced first: a job predicted over the UI's memory ceiling is refused)",
+    responses=_responses(422, 503),
+)
 def launch_job(request: Request, job: Annotated[launch.JobRequest, Body()]) -> JobOut:
+    # A plain `def`: FastAPI runs it in its thread pool, so pricing the job (a fake-tensor trace,
+    # about a second) and talking to Ray never hold up the event loop.
     settings = _settings(request)
     reader = _sweeps(request)
     plan = launch.plan_launch(
@@ -181,19 +194,20 @@ def launch_job(request: Request, job: Annotated[launch.JobRequest, Body()]) -> J
         spec_dir=settings.spec_dir,
         python=settings.job_python,
         tracking_uri=request.app.state.tracking_uri,
-        sweep_problems=lambda sweep_id: _untrainable(reader, sweep_id),
+        sweep_config=lambda sweep_id: _best_config(reader, sweep_id),
+        job_ceiling=request.app.state.job_ceiling,
     )
     jobs = _jobs(request)
     return JobOut(**jobs.get(jobs.submit(plan)))
 
 
-def _untrainable(reader: SweepReader, sweep_id: str) -> list[Problem]:
-    """Why a sweep's best config cannot be launched from here; empty when it can. The stored config
-    is held to the client allowlist: anyone who can write to the store could have planted it."""
+def _best_config(reader: SweepReader, sweep_id: str) -> tuple[list[Problem], dict[str, Any] | None]:
+    """A sweep's best config, or why it cannot be launched from here. The stored config is held to
+    the client allowlist: anyone who can write to the store could have planted it."""
     from elastune.untrusted import stored_config_problems
 
-    def problem(message: str) -> list[Problem]:
-        return [Problem("from_sweep", sweep_id, message)]
+    def problem(message: str) -> tuple[list[Problem], None]:
+        return [Problem("from_sweep", sweep_id, message)], None
 
     try:
         record = reader.load(sweep_id)
@@ -204,7 +218,7 @@ def _untrainable(reader: SweepReader, sweep_id: str) -> list[Problem]:
     best = record.best()
     if best is None:
         return problem("this sweep has no trial that finished within its ceiling and quality tolerance yet")
-    return stored_config_problems(best.config)
+    return stored_config_problems(best.config), best.config
 
 
 @router.get("/jobs/{job_id}", summary="One job", responses=_responses(404, 503))

@@ -1,6 +1,7 @@
 """The FastAPI app: JSON API under /api, four pages, static files, and `serve` for `elastune ui`.
 
 The pages are HTML shells; their scripts read the same JSON API a script would (issue 6, point 5).
+The API's docs page (/api/docs) is Swagger UI served from this server, never from a CDN.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from typing import Any
 
 from elastune.ui import api, launch
 from elastune.ui.memory import MemoryReader, make_broker_reader
+from elastune.ui.pricing import default_job_ceiling
 from elastune.ui.ray_jobs import ClusterError, ClusterUnavailable, JobService, UnknownJob
 from elastune.ui.security import GuardMiddleware
 from elastune.ui.settings import UISettings, check_bind
 from elastune.ui.sweeps import StoreUnavailable, SweepReader, UnknownSweep
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -32,9 +35,8 @@ def create_app(settings: UISettings | None = None, memory_reader: MemoryReader |
         title="elastune UI",
         version=_version(),
         description="Launch and follow sweeps and training jobs; compare trials; watch shared device memory.",
-        docs_url="/api/docs",
+        docs_url=None,  # served by _add_docs, with its scripts from this server
         redoc_url=None,
-        swagger_ui_parameters={"persistAuthorization": True},
     )
     # Resolved once (absolute, so a job running in Ray's working directory writes to the same store
     # this UI reads); a malformed URI stops start-up with the fix in the message.
@@ -43,12 +45,14 @@ def create_app(settings: UISettings | None = None, memory_reader: MemoryReader |
     tracking_uri = resolve_tracking_uri(settings.tracking_uri)
     app.state.settings = settings
     app.state.tracking_uri = tracking_uri
-    app.state.jobs = JobService(settings.ray_address)
+    app.state.jobs = JobService(settings.ray_address, all_jobs=settings.all_jobs)
     app.state.sweeps = SweepReader(tracking_uri)
+    app.state.job_ceiling = settings.job_memory_ceiling or default_job_ceiling()
     app.state.memory_reader = memory_reader or make_broker_reader(settings.broker_address())
     app.add_middleware(GuardMiddleware, allowed_hosts=settings.host_allowlist(), token=settings.token)
     _add_error_handlers(app)
     app.include_router(api.router)
+    _add_docs(app)
     _add_pages(app)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     return app
@@ -65,9 +69,9 @@ def _version() -> str:
 
 def _error(status: int, detail: str, problems: list[dict[str, Any]] | None = None) -> JSONResponse:
     # Everything in an error body may echo client input (NaN, 1e999, a lone surrogate, a 5000-digit
-    # number): jsonable makes it encodable, so an error is never itself a 500.
-    body = launch.jsonable({"detail": detail, "problems": problems or []})
-    return JSONResponse(body, status_code=status)
+    # number, 200 long overrides): error_body makes it encodable and at most 4 KB, so an error is
+    # never itself a 500, nor bigger than what a client can make the server write.
+    return JSONResponse(launch.error_body(detail, problems or []), status_code=status)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -83,7 +87,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(UnknownJob)
     async def no_job(_: Request, exc: UnknownJob) -> JSONResponse:
-        return _error(404, f"No such job on the cluster: {exc}")
+        return _error(404, str(exc))
 
     @app.exception_handler(UnknownSweep)
     async def no_sweep(_: Request, exc: UnknownSweep) -> JSONResponse:
@@ -122,6 +126,50 @@ def _problem(err: Any) -> dict[str, Any]:
         value = value.get("kind")
     shown = None if kind in ("missing", "extra_forbidden") or isinstance(value, dict) else launch.jsonable(value)
     return {"field": field, "value": shown, "message": message}
+
+
+# Swagger UI's two files, from an installed package's fixed folder (fastapi-swagger ships the
+# swagger-ui-dist release): the docs page loads nothing from anywhere but this server.
+DOCS_ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css"}
+
+
+def swagger_assets_dir() -> Path:
+    from importlib.resources import files
+
+    return Path(str(files("fastapi_swagger") / "resources"))
+
+
+def _add_docs(app: FastAPI) -> None:
+    folder = swagger_assets_dir()
+
+    @app.get("/api/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title=f"{app.title} - API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/static/favicon.svg",
+            # The token typed into Authorize lives as long as the tab, never in localStorage, where
+            # any script of this origin, later, could read it. No validator badge either: it would
+            # send the schema's URL to validator.swagger.io.
+            swagger_ui_parameters={"persistAuthorization": False, "validatorUrl": None},
+        )
+
+    for name, media_type in DOCS_ASSETS.items():
+        app.add_api_route(
+            f"/docs-assets/{name}", _fixed_file(folder / name, media_type), methods=["GET"], include_in_schema=False
+        )
+
+
+def _fixed_file(path: Path, media_type: str) -> Any:
+    """A route answering with the file at `path`, a closure without parameters: nothing in the
+    request takes part in choosing the file (a default argument would be a query parameter)."""
+
+    def asset() -> FileResponse:
+        return FileResponse(path, media_type=media_type)
+
+    return asset
 
 
 def _add_pages(app: FastAPI) -> None:

@@ -6,7 +6,9 @@ chosen by *name* from the spec folder; the server resolves the path. The argumen
 `python -m elastune.jobs.sweep` and `python -m elastune.jobs.train`.
 
 The models are strict: `"4"` is not an integer here. The browser sends JSON numbers, and a request
-that does not match the schema exactly must never turn into a launched job.
+that does not match the schema exactly must never turn into a launched job. Overrides are YAML read
+by elastune.yamlsafe (no anchors, aliases, tags or merge keys), and with the UI's job ceiling a job
+is priced before launch (pricing.py).
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from elastune.errors import ConfigError, InputError, Problem
+from elastune.errors import InputError, Problem
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "ERROR_BODY_BYTES",
     "JOB_KINDS",
     "JobRequest",
     "LaunchPlan",
     "LaunchProblems",
     "SweepJob",
     "TrainJob",
+    "error_body",
     "jsonable",
     "list_specs",
     "new_job_id",
@@ -162,31 +166,54 @@ def new_job_id(kind: str) -> str:
     return f"elastune-{kind}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
+# What a sweep's stored best config is, read back for "Train this": (why it cannot be trained, the
+# config); the problems are empty when it can.
+SweepConfig = Callable[[str], tuple[list[Problem], Mapping[str, Any] | None]]
+
+
 def plan_launch(
     job: SweepJob | TrainJob,
     *,
     spec_dir: Path,
     python: str,
     tracking_uri: str | None,
-    sweep_problems: Callable[[str], list[Problem]] | None = None,
+    sweep_config: SweepConfig | None = None,
+    job_ceiling: int | None = None,
 ) -> LaunchPlan:
     """Turn validated arguments into the argv the cluster runs, or raise LaunchProblems.
 
-    `sweep_problems(sweep_id)` says why a sweep's best config cannot be trained (unknown sweep, no
-    best trial, a stored config that sets keys a client may not); empty when it can."""
+    `sweep_config(sweep_id)` gives a sweep's best config, or why it cannot be trained (unknown
+    sweep, no best trial, a stored config that sets keys a client may not). With `job_ceiling`
+    (bytes), the job is priced first (pricing.py): a run predicted over it is refused, and a sweep
+    runs with its memory ceiling at most that."""
     if isinstance(job, SweepJob):
-        return _plan_sweep(job, spec_dir, python, tracking_uri)
-    return _plan_train(job, python, tracking_uri, sweep_problems)
+        return _plan_sweep(job, spec_dir, python, tracking_uri, job_ceiling)
+    return _plan_train(job, python, tracking_uri, sweep_config, job_ceiling)
 
 
-def _plan_sweep(job: SweepJob, spec_dir: Path, python: str, tracking_uri: str | None) -> LaunchPlan:
+def _plan_sweep(
+    job: SweepJob, spec_dir: Path, python: str, tracking_uri: str | None, job_ceiling: int | None
+) -> LaunchPlan:
     specs = list_specs(spec_dir)
     if job.spec not in specs:
         names = ", ".join(specs) or "none (the folder is empty)"
         raise LaunchProblems([Problem("spec", job.spec, f"no such spec in {spec_dir}; choose one of: {names}")])
+    ceiling = job.memory_ceiling
+    if job_ceiling is not None:
+        from elastune.ui.pricing import sweep_ceiling
+
+        flags = {
+            "budget.max_trials": job.max_trials,
+            "budget.max_concurrent": job.max_concurrent,
+            "resources.cpus_per_trial": job.cpus_per_trial,
+            "resources.gpus_per_trial": job.gpus_per_trial,
+        }
+        problems, ceiling = sweep_ceiling(specs[job.spec], job.spec, flags, job.memory_ceiling, job_ceiling)
+        if problems:
+            raise LaunchProblems(problems)
     argv = [python, "-m", "elastune.jobs.sweep", str(specs[job.spec].resolve())]
     options: Sequence[tuple[str, object]] = (
-        ("--memory-ceiling", job.memory_ceiling),
+        ("--memory-ceiling", ceiling),
         ("--max-trials", job.max_trials),
         ("--max-concurrent", job.max_concurrent),
         ("--cpus-per-trial", job.cpus_per_trial),
@@ -200,13 +227,23 @@ def _plan_sweep(job: SweepJob, spec_dir: Path, python: str, tracking_uri: str | 
 
 
 def _plan_train(
-    job: TrainJob, python: str, tracking_uri: str | None, sweep_problems: Callable[[str], list[Problem]] | None
+    job: TrainJob, python: str, tracking_uri: str | None, sweep_config: SweepConfig | None, job_ceiling: int | None
 ) -> LaunchPlan:
     problems = set_problems(job.sets)
-    if job.from_sweep is not None and sweep_problems is not None:
-        problems += sweep_problems(job.from_sweep)
+    stored: Mapping[str, Any] | None = None
+    if job.from_sweep is not None and sweep_config is not None:
+        refused, stored = sweep_config(job.from_sweep)
+        problems += refused
     if problems:
         raise LaunchProblems(problems)
+    if job_ceiling is not None:
+        from elastune.ui.pricing import train_problems
+        from elastune.untrusted import parse_client_overrides
+
+        nested, _ = parse_client_overrides(job.sets)  # read without a problem by set_problems above
+        problems = train_problems(stored or {}, nested, job_ceiling)
+        if problems:
+            raise LaunchProblems(problems)
     # --untrusted: the job checks the overrides and the stored config against the same allowlist
     # again (the store may change after this check) and writes its checkpoint where it chooses.
     argv = [python, "-m", "elastune.jobs.train", "--untrusted"]
@@ -222,20 +259,19 @@ def _plan_train(
 
 def set_problems(sets: Sequence[str]) -> list[Problem]:
     """Problems of `--set` pairs, each named `sets.<key>` so the form shows it beside that field:
-    keys a client may not set (elastune.untrusted: nothing that names a file), then the config's
-    own validation."""
-    from elastune.untrusted import override_problems
-    from elastune.validate import load_run_config
+    values refused as YAML (elastune.yamlsafe: anchors, aliases, tags, merge keys, oversized; no
+    further check reads them), keys a client may not set (elastune.untrusted: nothing that names a
+    file), then the config's own validation."""
+    from elastune.untrusted import override_problems, parse_client_overrides
+    from elastune.validate import config_problems
 
+    nested, unreadable = parse_client_overrides(sets)
+    if unreadable:
+        return unreadable
     refused = override_problems(sets)
-    try:
-        load_run_config(None, list(sets))
-    except ConfigError as exc:
-        named = {p.path for p in refused}
-        return refused + [
-            Problem(f"sets.{p.path}", p.value, p.message) for p in exc.problems if f"sets.{p.path}" not in named
-        ]
-    return refused
+    named = {p.path for p in refused}
+    _, invalid = config_problems(nested)
+    return refused + [Problem(f"sets.{p.path}", p.value, p.message) for p in invalid if f"sets.{p.path}" not in named]
 
 
 def problem_dicts(problems: Sequence[Problem]) -> list[dict[str, Any]]:
@@ -248,12 +284,14 @@ def problem_dicts(problems: Sequence[Problem]) -> list[dict[str, Any]]:
 
 
 _ECHO_CHARS = 300  # a value echoed in an error is cut here: the client sent it, it need not come back whole
+_ECHO_DEPTH = 4  # nesting echoed; deeper is summarised (a value that contains itself ends here too)
+ERROR_BODY_BYTES = 4096  # the most an error body is, whatever the request held
 
 
-def jsonable(value: object) -> Any:
+def jsonable(value: object, _depth: int = 0) -> Any:
     """`value` as something JSON can always encode, for echoing client input in an error body:
     non-finite floats as text ("nan", "inf"; strict JSON has no NaN), lone surrogates escaped
-    (UTF-8 cannot encode them), long strings and huge integers cut."""
+    (UTF-8 cannot encode them), long strings and huge integers cut, deep nesting summarised."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int):
@@ -262,11 +300,57 @@ def jsonable(value: object) -> Any:
         return value if math.isfinite(value) else str(value)
     if isinstance(value, str):
         return _text(value)
+    if isinstance(value, Mapping | list | tuple) and _depth >= _ECHO_DEPTH:
+        return _summary(value)
     if isinstance(value, Mapping):
-        return {_text(str(k)): jsonable(v) for k, v in list(value.items())[:50]}
+        return {_text(str(k)): jsonable(v, _depth + 1) for k, v in list(value.items())[:50]}
     if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value[:50]]
+        return [jsonable(v, _depth + 1) for v in value[:50]]
     return _text(str(value))
+
+
+def error_body(detail: str, problems: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """`{"detail", "problems"}` as JSON can always encode it (jsonable), in at most
+    ERROR_BODY_BYTES: when the whole is longer, each echoed value is summarised, then the problems
+    that do not fit are left out and counted in a last one (the client fixes these and sends again)."""
+    body: dict[str, Any] = jsonable({"detail": detail, "problems": list(problems)})
+    if _size(body) <= ERROR_BODY_BYTES and len(body["problems"]) == len(problems):  # jsonable keeps 50
+        return body
+    shown = [{**problem, "value": _short(problem.get("value"))} for problem in body["problems"]]
+    room = ERROR_BODY_BYTES - _size({"detail": body["detail"], "problems": []}) - 200  # 200: the count's line
+    kept = []
+    for problem in shown:
+        room -= _size(problem) + 1
+        if room < 0:
+            break
+        kept.append(problem)
+    if len(kept) < len(problems):
+        left_out = len(problems) - len(kept)
+        note = (
+            f"{left_out} more problem(s) not shown (an error body is at most {ERROR_BODY_BYTES} bytes); fix these first"
+        )
+        kept.append({"field": "problems", "value": left_out, "message": note})
+    return {"detail": body["detail"], "problems": kept}
+
+
+def _size(value: Any) -> int:
+    import json
+
+    return len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8"))
+
+
+def _short(value: Any) -> Any:
+    """An echoed value in a few dozen characters."""
+    if isinstance(value, str):
+        return value if len(value) <= 60 else value[:57] + "..."
+    if isinstance(value, Mapping | list | tuple):
+        return _summary(value)
+    return value
+
+
+def _summary(value: Mapping[Any, Any] | list[Any] | tuple[Any, ...]) -> str:
+    kind = "mapping" if isinstance(value, Mapping) else "list"
+    return f"<a {kind} of {len(value)} item(s), not echoed>"
 
 
 def _text(value: str) -> str:

@@ -38,10 +38,11 @@ def make_broker_reader(address: str | None, wait_s: float = 8.0) -> MemoryReader
             if not ray.is_initialized():
                 init_address = _init_address(address)
                 if init_address is None:
+                    given = "the job server's URL" if address is None else f"--ray-address={address!r}"
                     raise ConnectionError(
-                        f"--ray-address={address!r} is the job server's URL, which cannot reach the EDO broker; "
-                        "also start the UI with --cluster-address ray://HOST:10001 (the head's Ray Client port) "
-                        "or --cluster-address auto (on a node of the cluster)"
+                        f"{given} cannot reach the EDO broker (a Ray actor); also start the UI with "
+                        "--cluster-address ray://HOST:10001 (the head's Ray Client port) or --cluster-address "
+                        "HOST:6379 (its GCS)"
                     )
                 ray.init(
                     address=init_address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False
@@ -72,11 +73,15 @@ def make_broker_reader(address: str | None, wait_s: float = 8.0) -> MemoryReader
 
 
 def _init_address(address: str | None) -> str | None:
-    """The address ray.init takes: the local cluster by default; None for a dashboard URL."""
-    if address is None:
-        return "auto"
-    if address.startswith(("http://", "https://")):
+    """The address ray.init takes, or None when there is none to take (no address, a dashboard
+    URL). Never `auto` or `local`: ray.init would look the cluster up in Ray's discovery file,
+    which any local user can rewrite (settings.py), and send Ray's token to what it names."""
+    if address is None or address.startswith(("http://", "https://")):
         return None
+    if address.strip().lower() in ("auto", "local", ""):
+        raise ConnectionError(
+            f"--cluster-address={address!r} would look the cluster up in Ray's discovery file; give its address"
+        )
     return address
 
 

@@ -2,7 +2,14 @@
 
 One `JobSubmissionClient` per UI process, made on first use and remade after a connection error (the
 cluster may be started after the UI). Ray's auth token, when the cluster uses token auth, goes along
-as a bearer header; the client also adds it by itself when RAY_AUTH_MODE=token is set here.
+as a bearer header; the client also adds it by itself when RAY_AUTH_MODE=token is set here. So the
+client is only ever made for the address the user gave or Ray's default on loopback, never one Ray
+would look up (settings.py), and never while an environment variable would replace it.
+
+The UI shows and acts on elastune's own jobs: those it launched carry `elastune_ui` and their kind in
+their metadata and an `elastune-` submission id (launch.new_job_id). Any other job on the cluster is
+left out of the list, and reading, following or stopping it is a 404 as for an unknown id, unless
+the UI was started with --all-jobs.
 """
 
 from __future__ import annotations
@@ -11,10 +18,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from elastune.ui.launch import LaunchPlan
-from elastune.ui.settings import ray_auth_token
+from elastune.ui.launch import JOB_KINDS, LaunchPlan
+from elastune.ui.settings import ray_address_override, ray_auth_token
 
-__all__ = ["ClusterError", "ClusterUnavailable", "JobService", "UnknownJob"]
+__all__ = ["ClusterError", "ClusterUnavailable", "JobService", "UnknownJob", "is_elastune_job"]
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 _LOG_LIMIT = 256 * 1024  # characters of log sent at once; a tail is what a person reads
@@ -35,7 +42,8 @@ class ClusterError(Exception):
 
 @dataclass
 class JobService:
-    ray_address: str | None
+    ray_address: str
+    all_jobs: bool = False  # every job on the cluster, not only elastune's (elastune ui --all-jobs)
 
     def __post_init__(self) -> None:
         self._client: Any = None
@@ -44,12 +52,16 @@ class JobService:
     # -- the client
 
     def _where(self) -> str:
-        return self.ray_address or "the local Ray cluster"
+        return self.ray_address
 
     def client(self) -> Any:
         with self._lock:
             if self._client is None:
                 from ray.job_submission import JobSubmissionClient
+
+                override = ray_address_override(self.ray_address)
+                if override is not None:  # checked at start-up too; the environment may change since
+                    raise ClusterError(override)
 
                 token = ray_auth_token()
                 headers = {"Authorization": f"Bearer {token}"} if token else None
@@ -69,6 +81,8 @@ class JobService:
         try:
             client = _bounded(self.client, self._unreachable)
             return _bounded(lambda: getattr(client, method)(*args, **kwargs), self._unreachable)
+        except ClusterError:  # said as it should be already (an address the UI will not use)
+            raise
         except ClusterUnavailable:  # no answer in time
             self._forget()
             raise
@@ -113,11 +127,19 @@ class JobService:
         return result
 
     def list(self) -> list[dict[str, Any]]:
-        jobs = [job_dict(info) for info in self._call("list_jobs")]
+        jobs = [job_dict(info) for info in self._call("list_jobs") if self.all_jobs or is_elastune_job(info)]
         return sorted(jobs, key=lambda j: j["start_time"] or 0, reverse=True)
 
     def get(self, job_id: str) -> dict[str, Any]:
-        return job_dict(self._call("get_job_info", job_id))
+        """One job; UnknownJob (404) for an id the cluster does not know and, alike, for a job that is
+        not elastune's (unless --all-jobs): the answer does not tell the two apart."""
+        try:
+            info = self._call("get_job_info", job_id)
+        except UnknownJob:
+            raise UnknownJob(_unknown(job_id, self.all_jobs)) from None
+        if not (self.all_jobs or is_elastune_job(info)):
+            raise UnknownJob(_unknown(job_id, self.all_jobs))
+        return job_dict(info)
 
     def logs(self, job_id: str, offset: int) -> dict[str, Any]:
         """Log text from `offset` on (what a poller has not seen yet), and the job's status."""
@@ -141,6 +163,26 @@ class JobService:
             return {"job_id": job_id, "stopped": False, "status": info["status"], "message": "already finished"}
         stopped = bool(self._call("stop_job", job_id))
         return {"job_id": job_id, "stopped": stopped, "status": self.get(job_id)["status"], "message": ""}
+
+
+def is_elastune_job(info: Any) -> bool:
+    """Whether a job is one elastune launched: the metadata and the submission id the UI gives its
+    jobs (JobService.submit, launch.new_job_id)."""
+    metadata = info.metadata or {}
+    return (
+        metadata.get("elastune_ui") == "1"
+        and metadata.get("elastune_kind") in JOB_KINDS
+        and str(info.submission_id or "").startswith("elastune-")
+    )
+
+
+def _unknown(job_id: str, all_jobs: bool) -> str:
+    if all_jobs:
+        return f"No job {job_id!r} on the cluster; pick one from the job list"
+    return (
+        f"No elastune job {job_id!r} on the cluster; pick one from the job list (a job not launched by elastune "
+        "is shown only when the UI is started with --all-jobs)"
+    )
 
 
 def _first_line(exc: BaseException) -> str:

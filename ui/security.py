@@ -24,7 +24,7 @@ __all__ = ["GuardMiddleware"]
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Open without the token: they describe the API and hold no data (the docs page must load to take a token).
-_OPEN_PATHS = frozenset({"/openapi.json", "/api/docs", "/api/docs/oauth2-redirect"})
+_OPEN_PATHS = frozenset({"/openapi.json", "/api/docs"})  # its scripts are under /docs-assets/, outside /api/
 
 
 class GuardMiddleware:

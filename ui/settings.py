@@ -3,6 +3,14 @@
 Anyone who can reach the UI can launch jobs on the Ray cluster, which run code. So the server binds
 to 127.0.0.1 unless told otherwise, refuses any other address without a token, and only answers
 requests whose Host header names it (a DNS-rebinding page cannot borrow the user's browser).
+
+The UI sends Ray's token to the cluster it talks to, so it only ever talks to an address the user
+gave (a flag, or RAY_ADDRESS / RAY_API_SERVER_ADDRESS, which `elastune ui` takes as given), or to
+Ray's own defaults on loopback (the job server at 127.0.0.1:8265, the GCS at 127.0.0.1:6379). It
+never discovers a cluster: Ray's `auto` reads `ray_current_cluster` in Ray's temp folder (/tmp/ray,
+writable by every local user), where anyone could point it at a dashboard of their own and receive
+the token. `auto` is refused, and so is an environment variable that would silently replace the
+job server the UI was given (Ray's job client prefers them to the address it is handed).
 """
 
 from __future__ import annotations
@@ -15,9 +23,24 @@ from pathlib import Path
 
 from elastune.errors import InputError
 
-__all__ = ["UISettings", "check_bind", "default_spec_dir", "is_loopback", "ray_auth_token"]
+__all__ = [
+    "DEFAULT_GCS",
+    "DEFAULT_JOB_SERVER",
+    "UISettings",
+    "check_bind",
+    "default_spec_dir",
+    "is_loopback",
+    "ray_address_override",
+    "ray_auth_token",
+]
 
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+DEFAULT_JOB_SERVER = "http://127.0.0.1:8265"  # Ray's default dashboard / job server, on loopback
+DEFAULT_GCS = "127.0.0.1:6379"  # Ray's default GCS port: what `ray start --head` on this machine listens on
+# Addresses that make Ray look a cluster up (its discovery file, or a new local one): never the UI's.
+_DISCOVERY = frozenset({"auto", "local", ""})
+# Environment variables Ray's job client takes *instead of* the address it is given.
+_RAY_ENV_ADDRESSES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 
 
 @dataclass(frozen=True)
@@ -25,9 +48,10 @@ class UISettings:
     host: str = "127.0.0.1"
     port: int = 8710
     token: str | None = None  # when set, every /api call needs `Authorization: Bearer TOKEN`
-    ray_address: str | None = None  # dashboard URL (http://127.0.0.1:8265) or a ray.init address; None: local
-    # What ray.init takes to reach the EDO broker (ray://HOST:10001, HOST:6379, auto): a job server's
-    # URL cannot. None: ray_address when it is such an address, else the local cluster's.
+    ray_address: str = DEFAULT_JOB_SERVER  # the job server's URL, or a ray.init address (HOST:6379, ray://)
+    # What ray.init takes to reach the EDO broker (ray://HOST:10001, HOST:6379): a job server's URL
+    # cannot. None: ray_address when it is such an address, Ray's default GCS when ray_address is
+    # Ray's default job server (one local cluster), else none (the Memory page says what to pass).
     cluster_address: str | None = None
     tracking_uri: str | None = None  # MLflow; None: elastune's default store
     spec_dir: Path = field(default_factory=lambda: default_spec_dir())
@@ -35,10 +59,21 @@ class UISettings:
     # The interpreter the cluster runs jobs with. A bare `python` on a Ray node is whatever its PATH
     # finds (often not the venv elastune is in), so a local cluster gets this process's interpreter.
     job_python: str = field(default_factory=lambda: sys.executable)
+    # Peak memory (bytes) a job launched from here may be predicted to use (ui/pricing.py); None:
+    # the smaller of this machine's memory and its GPU's (pricing.default_job_ceiling).
+    job_memory_ceiling: int | None = None
+    all_jobs: bool = False  # list and act on every job on the cluster, not only those this UI launched
 
     def broker_address(self) -> str | None:
-        """The address the Memory page's reader connects with (memory.make_broker_reader)."""
-        return self.cluster_address or self.ray_address
+        """The address the Memory page's reader connects with (memory.make_broker_reader); None:
+        none was given that can reach the broker."""
+        if self.cluster_address is not None:
+            return self.cluster_address
+        if not _is_url(self.ray_address):
+            return self.ray_address  # a ray.init address serves both
+        if self.ray_address.rstrip("/") == DEFAULT_JOB_SERVER:
+            return DEFAULT_GCS  # Ray's defaults for one local cluster, both on loopback
+        return None  # another job server's URL: its GCS is not ours to guess
 
     def host_allowlist(self) -> frozenset[str]:
         """Host header names (without port) this server answers to."""
@@ -70,13 +105,48 @@ def check_bind(settings: UISettings) -> None:
         raise InputError(
             "the UI's token is shorter than 16 characters; use a long random one, e.g. `openssl rand -hex 24`"
         )
-    if settings.cluster_address is not None and settings.cluster_address.startswith(("http://", "https://")):
+    for flag, address in (("--ray-address", settings.ray_address), ("--cluster-address", settings.cluster_address)):
+        if address is not None and address.strip().lower() in _DISCOVERY:
+            raise InputError(
+                f"{flag}={address!r} (given, or taken from RAY_ADDRESS) makes Ray look the cluster up in its "
+                "discovery file (ray_current_cluster in /tmp/ray, which any local user can rewrite, and the UI would "
+                "send Ray's token there); give the address itself, e.g. "
+                f"{DEFAULT_JOB_SERVER if flag == '--ray-address' else DEFAULT_GCS}"
+            )
+    if settings.cluster_address is not None and _is_url(settings.cluster_address):
         raise InputError(
             f"--cluster-address={settings.cluster_address!r} is a URL, which cannot reach the EDO broker (a Ray "
-            "actor); give ray://HOST:10001 (the head's Ray Client port) or auto (the local cluster)"
+            f"actor); give ray://HOST:10001 (the head's Ray Client port) or HOST:6379 (its GCS, e.g. {DEFAULT_GCS})"
         )
+    override = ray_address_override(settings.ray_address)
+    if override is not None:
+        raise InputError(override)
+    if settings.job_memory_ceiling is not None and settings.job_memory_ceiling <= 0:
+        raise InputError(f"--job-memory-ceiling={settings.job_memory_ceiling}: must be above 0, e.g. 8GiB")
     if not 0 < settings.port < 65536:
         raise InputError(f"--port={settings.port}: must be between 1 and 65535")
+
+
+def ray_address_override(address: str) -> str | None:
+    """Why Ray's job client would talk to another address than `address`, or None when nothing
+    overrides it: the client takes RAY_API_SERVER_ADDRESS, else RAY_ADDRESS, from the environment
+    over the address it is given (`elastune ui` takes them as its --ray-address when none is given)."""
+    for name in _RAY_ENV_ADDRESSES:
+        value = os.environ.get(name)
+        if not value:
+            continue
+        if value.strip().rstrip("/") == address.strip().rstrip("/"):
+            return None
+        return (
+            f"{name}={value[:200]!r} is set, and Ray's job client would use it instead of the UI's job server "
+            f"{address!r} (sending Ray's token there); unset {name} for `elastune ui`, or pass that address "
+            "with --ray-address"
+        )
+    return None
+
+
+def _is_url(address: str) -> bool:
+    return address.startswith(("http://", "https://"))
 
 
 def default_spec_dir() -> Path:

@@ -10,6 +10,10 @@ default value.
 
 The list is explicit, not derived: a field added to RunConfig later stays closed to clients until
 someone decides it is safe (tests/unit/test_ui_hostile.py checks no path-typed field is on it).
+
+What a client sends is YAML read by elastune.yamlsafe (no anchors, aliases, tags or merge keys;
+bounded size and nesting), and a client's run is held to CLIENT_LIMITS, below the config's own
+bounds, which are for a person at the command line.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ from elastune.config import RunConfig, elastune_home, parse_overrides
 from elastune.dotted import flatten
 from elastune.errors import ConfigError, Problem
 
-__all__ = ["CLIENT_KEYS", "client_checkpoint", "override_problems", "stored_config_problems"]
+__all__ = [
+    "CLIENT_KEYS",
+    "CLIENT_LIMITS",
+    "client_checkpoint",
+    "limit_problems",
+    "override_problems",
+    "parse_client_overrides",
+    "read_stored_config",
+    "stored_config_problems",
+]
 
 CLIENT_KEYS: frozenset[str] = frozenset(
     {
@@ -71,6 +84,11 @@ CLIENT_KEYS: frozenset[str] = frozenset(
     }
 )
 
+# The most a client-launched run may ask for, where the config's own bound is a person's choice at
+# the command line (steps up to 10**9, eval.samples up to 2**31): a run from the UI is a bounded
+# job. Its memory is priced against the UI's ceiling as well (ui/pricing.py).
+CLIENT_LIMITS: dict[str, int] = {"steps": 100_000, "eval.samples": 1 << 20, "eval.batch": 1 << 16}
+
 _FIX = "a remote client may set only these run-config keys (none names a file): "
 
 
@@ -95,8 +113,8 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
         if not sep:
             continue
         try:
-            nested = parse_overrides([item])
-        except ConfigError:
+            nested = parse_overrides([item], untrusted=True)
+        except ConfigError:  # parse_client_overrides reports it
             continue
         for leaf, value in flatten(nested).items():
             # workload_options has no keys of its own (the workload's model gives them): all closed
@@ -105,6 +123,63 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
             elif leaf == "workload" and _imports(value):
                 problems.append(Problem(f"{field}.{leaf}", value, _IMPORT_REFUSAL))
     return problems
+
+
+def parse_client_overrides(sets: Sequence[str], field: str = "sets") -> tuple[dict[str, Any], list[Problem]]:
+    """A remote client's `key=value` pairs as nested overrides, each value read by elastune.yamlsafe
+    (an anchor, alias, tag or merge key, or an oversized value, refused before it is expanded), and
+    the problems of the pairs that could not be read, named `field.key`."""
+    try:
+        return parse_overrides(sets, untrusted=True), []
+    except ConfigError as exc:
+        return {}, [Problem(f"{field}.{p.path}", p.value, p.message) for p in exc.problems]
+
+
+def limit_problems(cfg: RunConfig) -> list[Problem]:
+    """Keys of `cfg` over CLIENT_LIMITS, named by their run-config key (the caller says where the
+    value came from)."""
+    values = flatten(cfg.to_dict())
+    problems = []
+    for key, most in CLIENT_LIMITS.items():
+        value = values.get(key)
+        if isinstance(value, int) and value > most:
+            problems.append(
+                Problem(
+                    key,
+                    value,
+                    f"must be ≤ {most:,} for a run launched from the UI or another remote client; "
+                    "run a bigger one from the command line",
+                )
+            )
+    return problems
+
+
+def read_stored_config(path: Path, field: str = "config") -> dict[str, Any]:
+    """A run config a remote client's run starts from (a sweep's best_config.yaml from the tracking
+    store, which anyone who can write to the store could have planted), read by elastune.yamlsafe
+    with its STORED_CONFIG limits, reading no more of the file than they allow."""
+    import yaml
+
+    from elastune import yamlsafe
+
+    limits = yamlsafe.STORED_CONFIG
+    try:
+        with path.open(encoding="utf-8") as file:
+            text = file.read(limits.max_chars + 1)
+        if len(text) > limits.max_chars:
+            raise yamlsafe.UnsafeYAML(f"is longer than {limits.max_chars:,} characters, more than a run config")
+        loaded = yamlsafe.load(text, limits)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([Problem(field, str(path), f"cannot be read ({exc}); give a readable YAML file")]) from None
+    except yamlsafe.UnsafeYAML as exc:
+        raise ConfigError([Problem(field, str(path), f"{exc}; a client's run reads plain YAML only")]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([Problem(field, str(path), f"is not valid YAML ({exc}); fix the syntax")]) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError([Problem(field, str(path), "must be a YAML mapping of keys to values")])
+    return loaded
 
 
 def stored_config_problems(raw: Mapping[str, Any], field: str = "from_sweep") -> list[Problem]:

@@ -157,7 +157,10 @@ def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
         assert {ip for ip, _ in listening} <= LOOPBACK, listening  # workers and the job's driver too
 
         # The first block's last line: the UI, in the same shell (RAY_AUTH_MODE=token, the token in ~/.ray).
-        ui_command = f"{ui_line} --port {ui}"  # it finds the cluster as `ray start` recorded it
+        # The README's cluster serves jobs at Ray's default http://127.0.0.1:8265, the UI's default; this
+        # test's cluster takes other ports (it must not collide), so the UI is told where, never left to
+        # find a cluster through Ray's shared discovery file.
+        ui_command = f"{ui_line} --port {ui} --ray-address http://127.0.0.1:{dashboard}"
         exports = "\n".join(line for line in script[:start] if line.startswith("export "))
         server = subprocess.Popen(
             ["bash", "-euc", f"{exports}\nexec {ui_command}"], cwd=repo, env=env,

@@ -215,3 +215,23 @@ def test_a_hint_keeps_each_option_name_on_one_line(page: Any, base: str) -> None
     # the text around them is the server's, unchanged
     hint = page.inner_text("#memory .empty")
     assert "start the UI with --cluster-address ray://HOST:10001 (the head's Ray Client port)" in hint, hint
+
+
+# ---- the API docs page --------------------------------------------------------------------
+
+
+def test_the_docs_page_loads_nothing_from_elsewhere_and_keeps_no_token(page: Any, base: str) -> None:
+    """Swagger UI from the UI server itself (no CDN), drawn from the schema; a token typed into its
+    Authorize dialog is not written to the browser's storage (persistAuthorization off)."""
+    foreign: list[str] = []
+    page.on("request", lambda r: foreign.append(r.url) if not r.url.startswith(base) else None)
+    page.goto(f"{base}/api/docs")
+    page.wait_for_selector(".swagger-ui .opblock")  # the operations, drawn by the bundle this server sent
+    typed = "token-typed-into-authorize-0123456789"
+    page.click(".auth-wrapper .authorize")
+    page.fill(".modal-ux input", typed)
+    page.click(".modal-ux .auth-btn-wrapper .authorize")
+    page.wait_for_selector('.modal-ux button[aria-label="Remove authorization"]')  # authorized, for this tab
+    stored = page.evaluate("() => JSON.stringify([{...window.localStorage}, {...window.sessionStorage}])")
+    assert typed not in stored, stored
+    assert not foreign, foreign[:5]

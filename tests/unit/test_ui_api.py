@@ -446,7 +446,9 @@ def test_the_memory_page_reaches_the_broker_at_the_cluster_address_not_the_job_s
     split = UISettings(ray_address="http://ray-head:8265", cluster_address="ray://ray-head:10001")
     assert split.broker_address() == "ray://ray-head:10001"
     assert UISettings(ray_address="10.0.0.5:6379").broker_address() == "10.0.0.5:6379"  # one address serves both
-    assert UISettings().broker_address() is None  # the local cluster
+    # the local cluster at Ray's default GCS on loopback, never Ray's discovery file (`auto`)
+    assert UISettings().broker_address() == "127.0.0.1:6379"
+    assert UISettings(ray_address="http://ray-head:8265").broker_address() is None  # not ours to guess
 
 
 def test_a_url_as_the_cluster_address_is_refused_at_start_up() -> None:

@@ -31,13 +31,19 @@ def ui(
     ] = None,
     ray_address: Annotated[
         str | None,
-        typer.Option(help="Ray dashboard/job server, e.g. http://127.0.0.1:8265; default: the local cluster."),
+        typer.Option(
+            help="Ray's job server (dashboard), e.g. http://HOST:8265; default: $RAY_API_SERVER_ADDRESS or "
+            "$RAY_ADDRESS (Ray's job client takes them over any address), else http://127.0.0.1:8265, Ray's own "
+            "default. Never looked up (`auto` is refused): Ray's token is sent there."
+        ),
     ] = None,
     cluster_address: Annotated[
         str | None,
         typer.Option(
             help="Where the Memory page connects to Ray to ask the EDO broker: ray://HOST:10001 (Ray Client, from "
-            "outside the cluster), or auto on one of its nodes; default: --ray-address unless it is a URL."
+            "outside the cluster) or HOST:6379 (the GCS); default: $RAY_ADDRESS unless it is a URL, else "
+            "--ray-address unless it is a URL, else 127.0.0.1:6379 with the default --ray-address. `auto` is "
+            "refused."
         ),
     ] = None,
     tracking_uri: Annotated[
@@ -52,6 +58,20 @@ def ui(
     job_python: Annotated[
         str | None, typer.Option(help="Python the cluster runs jobs with; default: this interpreter.")
     ] = None,
+    job_memory_ceiling: Annotated[
+        str | None,
+        typer.Option(
+            help="Predicted peak memory a job launched from the UI may use (2GiB, 1.5GB): a training run over it "
+            "is refused, a sweep's trials are held under it; default: the smaller of this machine's memory and "
+            "its GPU's."
+        ),
+    ] = None,
+    all_jobs: Annotated[
+        bool,
+        typer.Option(
+            "--all-jobs", help="List, follow and stop every job on the Ray cluster, not only those elastune launched."
+        ),
+    ] = False,
 ) -> None:
     """Start the web UI: launch and follow sweeps, compare trials, watch shared device memory."""
     web = importlib.import_module("elastune.ui")
@@ -65,17 +85,36 @@ def ui(
         extra["spec_dir"] = spec_dir.expanduser().resolve()
     if job_python is not None:
         extra["job_python"] = job_python
+    # What the user set for Ray's own clients is an address they gave (`auto` among them is refused
+    # by check_bind); the job client would take RAY_API_SERVER_ADDRESS / RAY_ADDRESS over a flag anyway.
+    from_env = {name: os.environ.get(name, "").strip() for name in ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")}
+    ray_address = ray_address or from_env["RAY_API_SERVER_ADDRESS"] or from_env["RAY_ADDRESS"] or None
+    if ray_address is not None:
+        extra["ray_address"] = ray_address
+    if cluster_address is None and from_env["RAY_ADDRESS"] and "://" not in from_env["RAY_ADDRESS"]:
+        cluster_address = from_env["RAY_ADDRESS"]
+    if job_memory_ceiling is not None:
+        extra["job_memory_ceiling"] = _ceiling(job_memory_ceiling)
     settings = web.UISettings(
         host=host,
         port=port,
         token=_read_token(token_file),
-        ray_address=ray_address,
         cluster_address=cluster_address,
         tracking_uri=tracking_uri,
         allowed_hosts=tuple(allow_host or ()),
+        all_jobs=all_jobs,
         **extra,
     )
     web.serve(settings)
+
+
+def _ceiling(text: str) -> int:
+    from elastune.units import parse_bytes
+
+    try:
+        return parse_bytes(text)  # a size above 0, or a ValueError that shows the accepted forms
+    except ValueError as exc:
+        raise InputError(f"--job-memory-ceiling={text!r}: {exc}") from None
 
 
 def _read_token(token_file: Path | None) -> str | None:

@@ -110,6 +110,46 @@ def _job_ids(dashboard: str) -> set[str]:
     return {j.submission_id or "" for j in client.list_jobs()}
 
 
+# ---- only elastune's jobs ------------------------------------------------------------------
+
+
+def test_the_ui_shows_and_acts_on_elastunes_jobs_only(served: Served) -> None:
+    """A job submitted to the cluster some other way (here: straight to Ray, even one that copies
+    the UI's metadata tag) is not listed, and reading, following or stopping it is a 404, as for an
+    id the cluster does not know; a UI started with --all-jobs sees and reads it."""
+    from elastune.ui.settings import ray_auth_token
+    from fastapi.testclient import TestClient
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    ray = JobSubmissionClient(served.dashboard, headers={"Authorization": f"Bearer {ray_auth_token()}"})
+    foreign = [
+        ray.submit_job(entrypoint="sleep 300", metadata={"owner": "someone else"}),
+        ray.submit_job(entrypoint="sleep 300", metadata={"elastune_ui": "1", "elastune_kind": "train"}),
+    ]
+    try:
+        listed = httpx.get(f"{served.base}/api/jobs", timeout=30)
+        assert listed.status_code == 200, listed.text
+        assert not {j["job_id"] for j in listed.json()} & set(foreign)
+        unknown = httpx.get(f"{served.base}/api/jobs/no-such-job-0", timeout=30)
+        assert unknown.status_code == 404
+        for job_id in foreign:
+            for method, path in (("GET", ""), ("GET", "/logs"), ("POST", "/stop")):
+                response = httpx.request(method, f"{served.base}/api/jobs/{job_id}{path}", timeout=30)
+                assert response.status_code == 404, (method, path, response.text)
+                # the same answer as for an id the cluster does not know: nothing says the job exists
+                assert response.json()["detail"] == unknown.json()["detail"].replace("no-such-job-0", job_id)
+            assert ray.get_job_status(job_id) in (JobStatus.PENDING, JobStatus.RUNNING)  # not stopped
+        everything = UISettings(
+            ray_address=served.dashboard, tracking_uri=served.tracking_uri, allowed_hosts=("testserver",), all_jobs=True
+        )
+        with TestClient(create_app(everything)) as all_jobs:
+            assert set(foreign) <= {j["job_id"] for j in all_jobs.get("/api/jobs").json()}
+            assert all_jobs.get(f"/api/jobs/{foreign[0]}/logs").status_code == 200
+    finally:
+        for job_id in foreign:
+            ray.stop_job(job_id)
+
+
 # ---- the OpenAPI fuzz run -----------------------------------------------------------------
 
 
