@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from elastune.dotted import set_path
 from elastune.errors import MISSING, ConfigError, Problem
+from elastune.units import parse_bytes
 
 __all__ = [
     "PER_TABLE_FIELDS",
@@ -62,6 +63,12 @@ class _Section(BaseModel):
 
 MAX_COLUMNS = 4096  # dense columns of a table source
 MAX_MULTI_HOT = 64  # ids per multi-hot bag
+# data.max_document_bytes: the longest line (document, row) a reader takes in. The readers hold a line
+# whole (and the tokenizer several times over), so this bounds their memory; 1 GiB is past any real
+# document and keeps a mistyped value from lifting the bound altogether.
+DEFAULT_MAX_DOCUMENT_BYTES = 16 << 20
+MIN_DOCUMENT_BYTES = 1 << 10
+MAX_DOCUMENT_BYTES = 1 << 30
 TABLE_SUFFIXES = {
     ".csv": "csv",
     ".tsv": "csv",
@@ -239,6 +246,14 @@ class DataConfig(_Section):
         description="source=table, encoding=hash: rows per table, one number for all or {COLUMN: ROWS} for "
         "every categorical and multi_hot column.",
     )
+    max_document_bytes: int = Field(
+        DEFAULT_MAX_DOCUMENT_BYTES,
+        ge=MIN_DOCUMENT_BYTES,
+        le=MAX_DOCUMENT_BYTES,
+        description="The longest line a file reader takes (a row of CSV / TSV, a document of .txt / .jsonl; in "
+        "Parquet a row's value), decompressed, its line ending not counted: 16MiB, 64KiB or bytes, 1 KiB to 1 GiB. "
+        "A longer one is refused, naming its line, before it is read whole.",
+    )
 
     @field_validator("path", "eval_path")
     @classmethod
@@ -251,6 +266,17 @@ class DataConfig(_Section):
         if not path.is_file():
             raise ValueError("file does not exist; give the path to an existing data file")
         return path
+
+    @field_validator("max_document_bytes", mode="before")
+    @classmethod
+    def _byte_size(cls, value: Any) -> Any:
+        try:
+            size = parse_bytes(value)  # 16MiB, 1.5GB or bytes
+        except ValueError as exc:
+            raise ValueError(f"{exc}; give 1KiB to 1GiB (the default is 16MiB)") from None
+        if not MIN_DOCUMENT_BYTES <= size <= MAX_DOCUMENT_BYTES:  # also the Field's bounds, for the schema
+            raise ValueError(f"is {size} bytes; give 1KiB to 1GiB ({MIN_DOCUMENT_BYTES} to {MAX_DOCUMENT_BYTES})")
+        return size
 
     @field_validator("text_field")
     @classmethod
@@ -580,15 +606,17 @@ class CheckpointConfig(_Section):
         None,
         description="Checkpoint file, written at the end (and every N steps) and read to resume. Its folder "
         "must exist and be writable (elastune creates no folder); a folder, or an existing file that is not "
-        "an elastune checkpoint (empty files excepted), is refused, never overwritten. Read as tensors and "
-        "plain data only (torch.load weights_only=True): a file holding a pickled object is refused unrun.",
+        "an elastune checkpoint (empty files excepted), or a symlink, is refused, never overwritten. Written "
+        "to a private temporary file in the folder, then renamed over it. Read as tensors and plain data only "
+        "(torch.load weights_only=True): a file holding a pickled object is refused unrun.",
     )
     every: int = Field(0, ge=0, le=MAX_STEPS, description="Write every N optimizer steps; 0 = only at the end.")
     resume: bool = Field(
         False,
         description="Start from checkpoint.path if that file exists: it must be an elastune checkpoint of "
-        "this run's config (workload, data, model, embedding, optimizer, precision, seed); no file: start "
-        "from scratch.",
+        "this run's config (workload, data, model, embedding, optimizer, precision, seed) with its effective "
+        "batch (batch.micro x batch.accum), at a step within steps, with finite weights and state; no file: "
+        "start from scratch.",
     )
 
     @model_validator(mode="after")
@@ -677,8 +705,15 @@ class RunConfig(_Section):
 # Loading: YAML + overrides -> RunConfig, or one ConfigError with every problem.
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """`["batch.micro=2048", "model.top_mlp=[64,32]"]` -> nested dict. Values are YAML scalars."""
+def parse_overrides(items: Sequence[str], *, untrusted: bool = False) -> dict[str, Any]:
+    """`["batch.micro=2048", "model.top_mlp=[64,32]"]` -> nested dict. Values are YAML scalars.
+
+    `untrusted`: the pairs come from a remote client (the web UI, `elastune train --untrusted`), so
+    each value is read by elastune.yamlsafe: an anchor, alias, tag or merge key, or a value too long,
+    too big or too deeply nested, is a problem naming its key, refused before anything is expanded."""
+    from elastune.yamlsafe import UnsafeYAML
+    from elastune.yamlsafe import load as load_client_yaml
+
     problems: list[Problem] = []
     nested: dict[str, Any] = {}
     for item in items:
@@ -688,7 +723,13 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             problems.append(Problem(item, MISSING, "overrides look like key=value, e.g. batch.micro=2048"))
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            if not raw.strip():
+                value: Any = ""
+            else:
+                value = load_client_yaml(raw) if untrusted else yaml.safe_load(raw)
+        except UnsafeYAML as exc:  # before ValueError, which it is: refused, never kept as text
+            problems.append(Problem(key, raw, str(exc)))
+            continue
         except (yaml.YAMLError, ValueError):  # ValueError: an int past Python's 4300-digit limit
             value = raw  # not YAML: keep the text and let validation say what it should be
         set_path(nested, key.split("."), value)

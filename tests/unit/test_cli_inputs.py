@@ -232,7 +232,7 @@ def test_resume_refuses_a_state_folder_that_leads_outside_the_sweeps_home(
     sweeps.mkdir()
     (sweeps / "evil-20261124-101500-ab12").symlink_to(outside, target_is_directory=True)
     monkeypatch.setenv("ELASTUNE_HOME", str(sweeps.parent))
-    refused(["sweep", "--resume", "evil-20261124-101500-ab12"], empty, capsys, "--resume", "is not a sweep id")
+    refused(["sweep", "--resume", "evil-20261124-101500-ab12"], empty, capsys, "--resume", "is a symlink")
     assert list(outside.iterdir()) == []
 
 
@@ -265,6 +265,7 @@ def test_resume_refuses_a_searcher_state_it_did_not_write_before_ray_starts(
     from elastune.tracking.mlflow import SweepTracker
     from elastune.tracking.records import SweepRecord, TrialRecord
     from elastune.tuning.spec import load_sweep_spec
+    from elastune.tuning.state import write_local_spec
 
     spec = load_sweep_spec(QUICK)
     sweep_id = "dlrm_quick-20261124-101500-ab12"
@@ -276,6 +277,7 @@ def test_resume_refuses_a_searcher_state_it_did_not_write_before_ray_starts(
     tracker.log_trial(record, record.trials[0])
     state = empty / "home" / "sweeps" / sweep_id
     state.mkdir(parents=True)
+    write_local_spec(state, spec)  # the sweep's own state folder, its spec kept there
     planted = state / "searcher-state-2026-11-24_10-15-00.pkl"
     planted.write_bytes(pickle.dumps({"not": "ours"}))
     code = main(["sweep", "--resume", sweep_id, "--tracking-uri", uri])

@@ -13,11 +13,11 @@ import typer
 from rich.table import Table
 
 from elastune.cli.common import ConfigArg, FormatOpt, SetOpt, TrackingOpt, err, out
-from elastune.config import RunConfig
+from elastune.config import RunConfig, apply_overrides, parse_overrides
 from elastune.errors import InputError
 from elastune.jsonout import Format, dumps
 from elastune.units import human_bytes
-from elastune.validate import load_run_config
+from elastune.validate import load_run_config, validate_run_config
 
 __all__ = ["config_schema", "config_show", "estimate", "train"]
 
@@ -52,13 +52,15 @@ def train(
     from elastune.training.loop import Progress
     from elastune.training.loop import train as run_training
 
-    if from_sweep is not None:
-        if config is not None:
-            raise InputError("give a CONFIG file or --from-sweep, not both")
-        config = _best_config_file(from_sweep, tracking_uri)
+    if from_sweep is not None and config is not None:
+        raise InputError("give a CONFIG file or --from-sweep, not both")
     if untrusted:
-        set_ = _untrusted_overrides(config, set_ or [], from_sweep)
-    cfg = load_run_config(config, set_ or [])
+        cfg = _untrusted_config(config, set_ or [], from_sweep, tracking_uri)
+    elif from_sweep is not None:
+        raw = apply_overrides(_best_config(from_sweep, tracking_uri), parse_overrides(set_ or []))
+        cfg = validate_run_config(raw, source=f"--from-sweep {from_sweep}")
+    else:
+        cfg = load_run_config(config, set_ or [])
     if all_cores:
         cfg = cfg.model_copy(update={"threads": None})
     elif from_sweep is not None and cfg.threads is not None:
@@ -149,29 +151,88 @@ def _table_bytes(cfg: RunConfig, specs: Any, sizes: tuple[int, ...]) -> int:
     return sum(spec_for(c).state_bytes(rows, dim, c, opt) for c, rows, dim in groups.values())
 
 
-def _untrusted_overrides(config: Path | None, sets: list[str], from_sweep: str | None) -> list[str]:
-    """Hold a remote client's config and overrides to the allowlist (exit 2 naming each refused key,
-    before anything runs), and add the checkpoint path this process chooses, keyed by the job id."""
-    from elastune.config import read_yaml_mapping
+def _untrusted_config(
+    config: Path | None, sets: list[str], from_sweep: str | None, tracking_uri: str | None
+) -> RunConfig:
+    """A remote client's run: its config file or a sweep's best config (read back from the tracking
+    store), and its overrides read as untrusted YAML (elastune.yamlsafe: no anchors, aliases, tags
+    or merge keys, bounded), held to the allowlist and to CLIENT_LIMITS (exit 2 naming each problem,
+    before anything runs), with the checkpoint path this process chooses, keyed by the job id."""
+    from elastune.config import apply_overrides
+    from elastune.dotted import flatten
     from elastune.errors import ConfigError
     from elastune.tuning.sweep import ray_job_id
-    from elastune.untrusted import client_checkpoint, override_problems, stored_config_problems
+    from elastune.untrusted import (
+        client_checkpoint,
+        limit_problems,
+        override_problems,
+        parse_client_overrides,
+        read_stored_config,
+        stored_config_problems,
+    )
+    from elastune.validate import validate_run_config
 
-    problems = override_problems(sets, field="--set")
-    if config is not None:
-        problems += stored_config_problems(read_yaml_mapping(config), field="from_sweep" if from_sweep else "config")
+    source, field = "a remote client's run", "from_sweep" if from_sweep else "config"
+    nested, problems = parse_client_overrides(sets, field="--set")
+    problems += override_problems(sets, field="--set")
+    raw: dict[str, Any] = {}
+    if from_sweep is not None:
+        raw = _best_trial(from_sweep, tracking_uri).config
+        problems += stored_config_problems(raw, field=field)
+    elif config is not None:
+        raw = read_stored_config(config, field)
+        problems += stored_config_problems(raw, field=field)
     if problems:
-        raise ConfigError(problems, source="a remote client's run")
+        raise ConfigError(problems, source=source)
+    raw = apply_overrides(raw, nested)
+    set_keys = set(flatten(nested))
+    over = limit_problems(validate_run_config(raw, source=source))
+    if over:
+        named = [replace(p, path=f"{'--set' if p.path in set_keys else field}.{p.path}") for p in over]
+        raise ConfigError(named, source=source)
     job_id = ray_job_id() or f"local-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-    return [*sets, f"checkpoint.path={client_checkpoint(job_id)}"]
+    return validate_run_config(apply_overrides(raw, {"checkpoint": {"path": str(client_checkpoint(job_id))}}), source)
 
 
-def _best_config_file(sweep_id: str, tracking_uri: str | None) -> Path:
-    from elastune.tracking.mlflow import artifact_path, load_sweep
+def _best_trial(sweep_id: str, tracking_uri: str | None) -> Any:
+    from elastune.tracking.mlflow import load_sweep
 
-    if load_sweep(sweep_id, tracking_uri).best() is None:
+    best = load_sweep(sweep_id, tracking_uri).best()
+    if best is None:
         raise InputError(f"--from-sweep {sweep_id}: the sweep has no feasible trial, so no best config to train")
-    return artifact_path(sweep_id, "best_config.yaml", tracking_uri)
+    return best
+
+
+def _best_config(sweep_id: str, tracking_uri: str | None) -> dict[str, Any]:
+    """The best trial's config, as this user may trust it (docs/security.md). The store is shared:
+    where the sweep's local state holds its spec (it ran here), the config is that spec with the
+    trial's parameters, which must be a point of its space; else the stored config is taken only
+    if every key that names a file, a folder or a module is at its default, as for a UI client."""
+    from elastune.errors import ConfigError
+    from elastune.tuning.state import check_sweep_id, trusted_spec
+    from elastune.tuning.sweep import sweeps_home
+    from elastune.untrusted import stored_config_problems
+
+    best = _best_trial(sweep_id, tracking_uri)
+    home = sweeps_home().expanduser().resolve()
+    spec = trusted_spec(home, check_sweep_id(sweep_id, home, field="--from-sweep"))
+    if spec is not None:
+        problem = spec.point_problem(best.params)
+        if problem is not None:
+            raise InputError(
+                f"--from-sweep {sweep_id}: the best trial's parameters in the store are not a point of the "
+                f"sweep's space ({problem}); the store was altered: pick another sweep"
+            )
+        config: dict[str, Any] = spec.trial_config(best.params).to_dict()
+        return config
+    problems = stored_config_problems(best.config, field="from_sweep")
+    if problems:
+        raise ConfigError(
+            problems,
+            source=f"the store's best config of {sweep_id} (no spec of it in {home}: it ran elsewhere, and the "
+            "store is not trusted to name files or modules; train a config file you have checked instead)",
+        )
+    return dict(best.config)
 
 
 def config_schema() -> None:

@@ -3,18 +3,19 @@ MLflow, list them."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 
-from elastune.cli.common import FormatOpt, SetOpt, TrackingOpt, err, out
+from elastune.cli.common import FormatOpt, SetOpt, TrackingOpt, err, out, reading_the_store
 from elastune.errors import InputError
 from elastune.jsonout import Format, dumps
+from elastune.text import printable, safe_text
 
 __all__ = ["results", "sweep", "sweeps"]
 
@@ -40,8 +41,9 @@ def sweep(
     resume: Annotated[
         str | None,
         typer.Option(
-            help="Continue an interrupted or stale sweep where it stopped, on the cluster it ran on (--address "
-            "overrides); finished trials are not run again."
+            help="Continue an interrupted or stale sweep where it stopped, from its state folder "
+            "($ELASTUNE_HOME/sweeps/SWEEP_ID) and the spec kept there, on the cluster --address or $RAY_ADDRESS "
+            "names, else a new local Ray; finished trials are not run again."
         ),
     ] = None,
     format: FormatOpt = Format.table,
@@ -69,7 +71,10 @@ def sweep(
     overrides = [*(set_ or []), *(f"{key}={value}" for key, value in flags.items() if value is not None)]
     parsed = load_sweep_spec(spec, overrides) if spec is not None else None
     if parsed is None and overrides:
-        raise InputError("--resume continues the stored spec as it was; drop the spec overrides")
+        raise InputError(
+            "--resume continues the sweep with the spec it started with (kept in its state folder); "
+            "drop the spec overrides"
+        )
     # on a terminal, one live progress row under the trials' lines; elsewhere plain lines
     display = LiveDisplay(err) if err.is_terminal else None
     options = SweepOptions(address=address, tracking_uri=tracking_uri, display=display, verbose=verbose)
@@ -103,11 +108,14 @@ def results(
     from elastune.tracking.mlflow import load_sweep, newest_sweep_id
     from elastune.tuning.results import results_json
 
-    if sweep_id is None:
-        sweep_id = newest_sweep_id(tracking_uri, finished=True) or newest_sweep_id(tracking_uri)
-        if sweep_id is not None and format is Format.table:
-            err.print(f"the newest finished sweep: {sweep_id} (`elastune sweeps` lists every one)", highlight=False)
-    record = load_sweep(sweep_id, tracking_uri)
+    with reading_the_store():
+        if sweep_id is None:
+            sweep_id = newest_sweep_id(tracking_uri, finished=True) or newest_sweep_id(tracking_uri)
+            if sweep_id is not None and format is Format.table:
+                # a stored id: whatever the store's writers put there (elastune/text.py)
+                said = f"the newest finished sweep: {safe_text(sweep_id)} (`elastune sweeps` lists every one)"
+                err.print(said, highlight=False)
+        record = load_sweep(sweep_id, tracking_uri)
     if format is Format.json:
         print(dumps(results_json(record)))
     else:
@@ -122,7 +130,8 @@ def sweeps(
     """List the sweeps recorded in MLflow, newest first."""
     from elastune.tracking.mlflow import sweep_summaries
 
-    summaries = sweep_summaries(tracking_uri)[:limit]
+    with reading_the_store():
+        summaries = sweep_summaries(tracking_uri)[:limit]
     if format is Format.json:
         print(dumps([s.to_dict() for s in summaries]))
         return
@@ -137,7 +146,8 @@ def sweeps(
         if s.best_confirmed_speedup:
             best += f" ({s.best_confirmed_speedup:.2f}× ref)"
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.started_at)) if s.started_at else "-"
-        table.add_row(escape(s.sweep_id), s.status, started, str(s.trials) if s.trials is not None else "-", best)
+        trials = str(s.trials) if s.trials is not None else "-"
+        table.add_row(safe_text(s.sweep_id), safe_text(s.status), started, trials, best)
     out.print(table)
 
 
@@ -147,7 +157,7 @@ def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS
     counts = record.counts()
     left = {"trial", "status", "parameters", "config", "#"}
     table = Table(
-        title=f"sweep {record.sweep_id} ({record.status})",
+        title=f"sweep {safe_text(record.sweep_id)} ({safe_text(record.status)})",  # a title is markup too
         box=box.HEAVY_HEAD if wide else box.SIMPLE_HEAD,
         pad_edge=wide,
         collapse_padding=not wide,
@@ -161,18 +171,20 @@ def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS
         # no cell wraps: the compact columns' natural widths fit 100 columns (a narrower terminal crops)
         table.add_column(column, justify="left" if column in left else "right", no_wrap=True)
     for row in rows:
-        table.add_row(*(escape(cell) for cell in row), end_section=not wide)
+        # a cell stacks its figures a line each: each line cleaned, the stacking kept
+        table.add_row(*("\n".join(safe_text(line) for line in cell.split("\n")) for cell in row), end_section=not wide)
     out.print(table)
     # highlight=False: rich would colour the digits inside a sweep id as numbers
     if len(rows) < len(record.trials):
         out.print(f"the best {len(rows)} of {len(record.trials)} trials; --all shows every one", highlight=False)
     ceiling = short_bytes(record.memory_ceiling_bytes) if record.memory_ceiling_bytes else "none"
     ref = f"{record.reference_samples_per_s:,.0f} samples/s" if record.reference_samples_per_s else "n/a"
-    counted = " · ".join(f"{status} {n}" for status, n in counts.items() if n)
+    counted = " · ".join(f"{safe_text(status)} {n}" for status, n in counts.items() if n)
     out.print(f"ceiling {ceiling} · reference {ref} · {counted}", highlight=False)
     if record.best() is not None:
         said = "best config (MLflow artifact best_config.yaml):"
-        command = f"elastune train --from-sweep {record.sweep_id}"
+        # quoted for a shell: a stored id is pasted into one
+        command = f"elastune train --from-sweep {shlex.quote(printable(record.sweep_id))}"
         if len(said) + 1 + len(command) <= out.width:
             out.print(f"{said} {command}", highlight=False, markup=False)
         else:  # the command whole, on a line of its own (rich would break it at a space)

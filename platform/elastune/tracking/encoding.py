@@ -47,6 +47,6 @@ def read_record(tags: dict[str, str]) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads("".join(tags[f"{RECORD}.{i}"] for i in range(int(count))))
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         return None  # a run written by hand or damaged: the caller falls back to the plain tags
     return data if isinstance(data, dict) else None

@@ -554,7 +554,8 @@ def load_sweep(
 def artifact_path(
     sweep_id: str, name: str, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
 ) -> Path:
-    """Download one of the parent run's artifacts; the copy lives in a per-run temp folder (overwritten)."""
+    """Download one of the parent run's artifacts into a new private temporary folder (never a
+    shared, predictable one: another user of the machine could have planted a link there)."""
     if name not in ARTIFACTS:
         raise InputError(str(Problem("artifact", name, f"unknown artifact; one of {', '.join(ARTIFACTS)}")))
     uri = resolve_tracking_uri(tracking_uri)
@@ -569,9 +570,8 @@ def artifact_path(
             f"sweep {sweep_id!r} has no {name}{f' ({why})' if why else ''}; artifacts are written when a sweep "
             "finishes, see `elastune results` for its state"
         )
-    folder = Path(tempfile.gettempdir()) / "elastune-artifacts" / run_id
-    folder.mkdir(parents=True, exist_ok=True)
-    return Path(client.download_artifacts(run_id, name, str(folder)))
+    folder = tempfile.mkdtemp(prefix="elastune-artifacts-")
+    return Path(client.download_artifacts(run_id, name, folder))
 
 
 def _open_store(tracking_uri: str | None, experiment: str) -> tuple[MlflowClient, str] | None:

@@ -9,12 +9,21 @@ each numeric knob) and grid search (every point of a discrete space).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ChoiceParam", "FloatParam", "IntParam", "Parameter", "candidate_points", "grid_points"]
+__all__ = [
+    "ChoiceParam",
+    "FloatParam",
+    "IntParam",
+    "Parameter",
+    "candidate_points",
+    "grid_points",
+    "point_problem",
+]
 
 _BIG = 10**12  # a bound for a searched int or float: finite, far beyond any real range
 
@@ -84,6 +93,35 @@ def grid_points(parameters: Mapping[str, Parameter], limit: int = 100_000) -> li
             count = round((param.high - param.low) / param.step) + 1
             options.append((name, [param.low + i * param.step for i in range(count)]))
     return _combine(parameters, options, limit)
+
+
+def point_problem(parameters: Mapping[str, Parameter], point: Mapping[str, Any]) -> str | None:
+    """Why `point` is not a proposal this space could make (a key it does not search, a value
+    outside a parameter's choices or range, a parameter drawn against its `when`); None if it is.
+    A point read back from somewhere others can write (the tracking store) is run only if None."""
+    for name, value in point.items():
+        param = parameters.get(name)
+        if param is None:
+            return f"{name!r} is not a searched parameter ({', '.join(parameters)})"
+        if not _admits(param, value):
+            return f"{name}={value!r} is not a value the space gives it"
+        if not all(point.get(key, _ABSENT) in allowed for key, allowed in (param.when or {}).items()):
+            return f"{name} is drawn only when {param.when}"
+    return None
+
+
+_ABSENT = object()
+
+
+def _admits(param: Parameter, value: Any) -> bool:
+    # type(...) is: True == 1 and 1 == 1.0 in Python, but a choice of 1 is not a choice of True
+    if isinstance(param, ChoiceParam):
+        return any(type(value) is type(choice) and value == choice for choice in param.values)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not param.low <= value <= param.high:
+        return False
+    if isinstance(param, IntParam):
+        return isinstance(value, int) and (value - param.low) % param.step == 0
+    return math.isfinite(value)
 
 
 def _combine(

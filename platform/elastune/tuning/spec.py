@@ -45,7 +45,7 @@ from elastune.config import (
 )
 from elastune.dotted import nest
 from elastune.errors import MISSING, ConfigError, Problem
-from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points
+from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points, point_problem
 from elastune.units import MAX_BYTES, parse_bytes
 from elastune.validate import component_problems, config_problems
 from elastune.workloads import build_workload
@@ -256,6 +256,10 @@ class SweepSpec(_Section):
         return value
 
     # -- derived: how one proposal becomes a RunConfig
+
+    def point_problem(self, params: Mapping[str, Any]) -> str | None:
+        """Why `params` are not a point of this spec's space (tuning/space.py); None if they are."""
+        return point_problem(self.parameters, params)
 
     def base_config(self) -> RunConfig:
         return RunConfig.model_validate(self.base)

@@ -2,9 +2,11 @@
 
 `run_sweep` reads top to bottom. The driver is the only MLflow writer: trials report to Tune, and
 `SweepCallback` (in the driver) turns each report into the trial's child run, so a SQLite store is
-enough on one machine. Resuming (`resume=SWEEP_ID`) restores Tune's experiment folder on the
-cluster the sweep ran on: finished trials are not run again (`TrialContext.finished`), and MLflow
-logging is idempotent per trial, so no run is duplicated.
+enough on one machine. Resuming (`resume=SWEEP_ID`) restores Tune's experiment from the sweep's
+local state folder (tuning/state.py) and runs the spec kept there, on the cluster `--address` or
+RAY_ADDRESS names, else a new local Ray: the MLflow store is shared and untrusted, so nothing read
+from it names a folder, a spec to run or a cluster to dial. Finished trials are not run again
+(`TrialContext.finished`), and MLflow logging is idempotent per trial, so no run is duplicated.
 
 A sweep ends finished, or interrupted (SIGINT, SIGTERM, `ray job stop`: see `Interruption`). One
 whose driver died without a word (SIGKILL) stops beating (`Heartbeat`) and reads back as stale.
@@ -15,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import secrets
 import shlex
 import signal
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,22 @@ from elastune.cluster import address_problem, auth_problem
 from elastune.compat import loopback_only_ray
 from elastune.config import elastune_home
 from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
+from elastune.text import printable
 from elastune.tracking.records import SweepRecord, TrialRecord
 from elastune.tuning.display import Display, PlainDisplay, register, unregister
 from elastune.tuning.progress import STOPPING, SweepCallback, searched
 from elastune.tuning.report import TrialReport
 from elastune.tuning.results import short_bytes
 from elastune.tuning.spec import SweepSpec
+from elastune.tuning.state import (
+    SPEC_FILE,
+    check_sweep_id,
+    create_state,
+    private_files,
+    read_local_spec,
+    trusted_state,
+    write_local_spec,
+)
 from elastune.units import human_bytes
 from elastune.workloads.quality import QualityMetric
 
@@ -69,10 +80,6 @@ class SweepOptions:
     local_gpus: int | None = None
 
 
-# What new_sweep_id makes of a valid spec name; a sweep id also names its state folder.
-_SWEEP_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", re.ASCII)
-
-
 def sweeps_home() -> Path:
     return elastune_home() / "sweeps"
 
@@ -84,13 +91,14 @@ def new_sweep_id(spec: SweepSpec) -> str:
 def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None = None) -> SweepRecord:
     """Run (or resume) a sweep to its end and return its record; a SIGINT or SIGTERM ends it as
     interrupted instead (recorded so, then `SweepInterrupted`, which says how to resume)."""
-    from elastune.tracking.mlflow import Heartbeat, SweepTracker, resolve_tracking_uri
+    from elastune.tracking.mlflow import resolve_tracking_uri
 
     # -- preflight: every input problem before anything is launched or written
     uri = resolve_tracking_uri(options.tracking_uri)
     home = (options.home or sweeps_home()).expanduser().resolve()
+    notes: list[str] = []
     if resume is not None:
-        spec, record = _resume_state(resume, uri, home, spec)
+        spec, record, notes = _resume_state(resume, uri, home, spec, options)
     else:
         assert spec is not None, "a spec or a sweep id to resume"
         check_ceiling(spec)
@@ -105,14 +113,32 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
         )
     display = options.display or PlainDisplay(options.echo)
     echo = display.line
+    for note in notes:
+        echo(note)
     if not options.verbose:
         quiet_libraries()
-    if resume is not None and options.address is None and record.ray_address:
-        echo(f"resuming on the cluster the sweep ran on, {record.ray_address} (--address overrides)")
-        options = replace(options, address=record.ray_address)
+    with private_files():  # Tune's state, and a local Ray's files, are this user's alone
+        return _run(spec, record, options, uri, home, display, resumed=resume is not None)
+
+
+def _run(
+    spec: SweepSpec,
+    record: SweepRecord,
+    options: SweepOptions,
+    uri: str,
+    home: Path,
+    display: Display,
+    resumed: bool,
+) -> SweepRecord:
+    """The sweep's stages once its inputs are checked: Ray, the reference, the search, the
+    confirmation, the record's end."""
+    from elastune.tracking.mlflow import Heartbeat, SweepTracker
+
+    echo = display.line
     connect_ray(options)
     record.ray_address = _cluster_address(options)
     concurrency = trial_concurrency(spec, echo)
+    _keep_state(home, record.sweep_id, spec)  # every input is checked: from here on the sweep leaves state
     if spec.uses_edo:
         from elastune.edo.broker import ensure_broker
 
@@ -136,7 +162,7 @@ def run_sweep(spec: SweepSpec | None, options: SweepOptions, resume: str | None 
                 _measure_reference(spec, record, tracker, home, stop, display)
                 if not stop.signum:
                     display.stage("search", spec.budget.max_trials, done=searched(record), concurrency=concurrency)
-                    _search(spec, record, uri, home, concurrency, resumed=resume is not None)
+                    _search(spec, record, uri, home, concurrency, resumed=resumed)
                 if not stop.signum:
                     _confirm(spec, record.sweep_id, uri, tracker, home, stop, display)
         except Exception:
@@ -184,7 +210,8 @@ def _measure_reference(
     if stop.signum or any(t.trial_id == "reference" for t in record.trials):
         return
     display.stage("reference", None)
-    reference = _run_reference(spec, record, _trainable(TrialContext(spec=record.spec)), home, display.line)
+    context = TrialContext(spec=spec.model_dump(mode="json"))
+    reference = _run_reference(spec, record, _trainable(context), home, display.line)
     if not stop.signum:
         record.trials.append(reference)
         tracker.log_trial(record, reference)
@@ -200,18 +227,18 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
     from elastune.tuning.worker_group import WorkerGroupReaper
 
     context = TrialContext(
-        spec=record.spec,
+        spec=spec.model_dump(mode="json"),
         reference_quality=record.reference_quality,
         edo=spec.uses_edo,
         finished=_finished_reports(record),
     )
     trainable = _trainable(context)
-    experiment = home / record.sweep_id
+    experiment = home / record.sweep_id  # the validated id's folder (tuning/state.py), checked on a resume
     if resumed and tune.Tuner.can_restore(str(experiment)):
         # Errored trials stay as they ended; one that finished never runs again (TrialContext.finished).
         tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False)
     else:
-        callback = SweepCallback(record.sweep_id, uri, record.spec)
+        callback = SweepCallback(record.sweep_id, uri, spec.model_dump(mode="json"))
         tuner = tune.Tuner(
             trainable,
             tune_config=_tune_config(spec, record.sweep_id, concurrency),
@@ -227,7 +254,9 @@ def _confirm(
 ) -> None:
     """The confirmation stage (tuning/confirm.py), on the trials as MLflow holds them; each run is
     a one-trial Tune run of the same trainable, as the reference's is. A resume that finds the
-    stage done (a confirmed trial) does not run it again."""
+    stage done (a confirmed trial) does not run it again. The store is not trusted: a trial runs
+    again only if its stored parameters are a point of this sweep's space, applied to the spec the
+    driver holds (never the store's copy)."""
     from elastune.tracking.mlflow import load_sweep
     from elastune.tuning.confirm import confirm_best, confirmation_candidates
     from elastune.tuning.trial import TrialContext
@@ -235,7 +264,18 @@ def _confirm(
     current = load_sweep(sweep_id, uri)
     if spec.confirm.top == 0 or any(t.confirmed_speedup for t in current.trials):
         return
-    trainable = _trainable(TrialContext(spec=current.spec, reference_quality=current.reference_quality))
+    admitted = []
+    for trial in current.trials:
+        problem = None if trial.trial_id == "reference" else spec.point_problem(trial.params)
+        if problem is None:
+            admitted.append(trial)
+        elif trial.feasible:
+            display.line(
+                f"confirmation: trial {printable(trial.trial_id)} left out, its stored parameters are not "
+                f"this sweep's ({printable(problem)})"
+            )
+    current.trials = admitted
+    trainable = _trainable(TrialContext(spec=spec.model_dump(mode="json"), reference_quality=current.reference_quality))
     runs = spec.confirm.rounds * (len(confirmation_candidates(current, spec.confirm)) + 1)
     done = 0
     display.stage("confirmation", runs)
@@ -589,27 +629,55 @@ def _cluster_address(options: SweepOptions) -> str | None:
     return str(ray.get_runtime_context().gcs_address)
 
 
-def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -> tuple[SweepSpec, SweepRecord]:
+def _keep_state(home: Path, sweep_id: str, spec: SweepSpec) -> None:
+    """The sweep's local state folder (tuning/state.py), what a resume trusts: made with the spec
+    for a new sweep; a resumed one whose folder lacks the spec (kept only in the store by an older
+    elastune, or stopped before the search) gets the spec it runs now."""
+    state = home / sweep_id
+    if not state.is_dir():
+        create_state(home, sweep_id, spec)
+    elif not (state / SPEC_FILE).is_file():
+        write_local_spec(state, spec)
+
+
+def _resume_state(
+    sweep_id: str, uri: str, home: Path, given: SweepSpec | None, options: SweepOptions
+) -> tuple[SweepSpec, SweepRecord, list[str]]:
+    """What a resume runs, and the notes to print: the spec kept in the sweep's local state folder
+    (or the spec file given, for a sweep whose folder has none), the trials the store records.
+    The store is shared and untrusted: it names no folder (the id given here does), no spec to run
+    (a differing copy is reported, not used) and no cluster (the one recorded is a hint, never
+    dialled). Raises InputError (exit 2, nothing started) where the state cannot be trusted."""
     from elastune.tracking.mlflow import load_sweep
 
-    state = home / sweep_id
-    if not _SWEEP_ID.fullmatch(sweep_id) or not state.resolve().is_relative_to(home):
-        raise InputError(
-            str(
-                Problem(
-                    "--resume",
-                    sweep_id,
-                    "is not a sweep id (letters, digits, '_', '.', '-'; e.g. dlrm_quick-20261124-101500-ab12); "
-                    "`elastune results` lists the sweeps",
-                )
-            )
-        )
+    state = check_sweep_id(sweep_id, home)
+    local = None
+    if os.path.lexists(state):
+        trusted_state(home, state)  # before anything in it is read: Tune's restore unpickles it
+        local = read_local_spec(state)
     record = load_sweep(sweep_id, uri)
-    stored = SweepSpec.model_validate(record.spec)
-    if spec is not None and spec.model_dump(mode="json") != record.spec:
+    if record.sweep_id != sweep_id:
         raise InputError(
-            f"--resume {sweep_id}: the spec given differs from the one this sweep started with; "
-            "resume without a spec file (the stored spec is used) or start a new sweep"
+            f"--resume {sweep_id}: the store's record of this sweep names another sweep id "
+            f"({printable(record.sweep_id)!r}); it was altered, so it is not resumed: start a new sweep"
+        )
+    if given is not None and local is not None and given.model_dump(mode="json") != local.model_dump(mode="json"):
+        raise InputError(
+            f"--resume {sweep_id}: the spec given differs from the one this sweep started with ({state / SPEC_FILE}); "
+            "resume without a spec file (the sweep's own copy is used) or start a new sweep"
+        )
+    spec = local or given
+    if spec is None:
+        raise InputError(
+            f"--resume {sweep_id}: no copy of the sweep's spec at {state / SPEC_FILE} (the store's copy is not "
+            "trusted: anyone who can write the store could have changed it); pass the spec file the sweep started "
+            f"with: elastune sweep SPEC.yaml --resume {sweep_id}, on the machine that ran the driver"
+        )
+    notes = []
+    if record.spec != spec.model_dump(mode="json"):
+        notes.append(
+            f"resume: the store's copy of the spec differs from {'the local one' if local else 'the spec given'}; "
+            "running the local one (the store is shared and not trusted)"
         )
     if record.status == "finished":
         raise InputError(f"--resume {sweep_id}: the sweep finished; `elastune results {sweep_id}` shows it")
@@ -618,10 +686,11 @@ def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -
         from elastune.tracking.mlflow import STALE_AFTER_BEATS
 
         age = time.time() - (record.heartbeat_at or time.time())
+        job = f", Ray job {printable(record.job_id)}" if record.job_id else ""
         raise InputError(
-            f"--resume {sweep_id}: the sweep is still running (its driver beat {age:.0f} s ago"
-            f"{f', Ray job {record.job_id}' if record.job_id else ''}); stop it first (Ctrl-C, or `ray job stop`), "
-            f"or, if its driver is gone, retry once it shows as stale (after {STALE_AFTER_BEATS} missed beats)"
+            f"--resume {sweep_id}: the sweep is still running (its driver beat {age:.0f} s ago{job}); stop it first "
+            "(Ctrl-C, or `ray job stop`), or, if its driver is gone, retry once it shows as stale (after "
+            f"{STALE_AFTER_BEATS} missed beats)"
         )
     searched = any(t.trial_id != "reference" for t in record.trials)  # stopped in the reference: none yet
     if searched and not state.is_dir():
@@ -629,10 +698,20 @@ def _resume_state(sweep_id: str, uri: str, home: Path, spec: SweepSpec | None) -
             f"--resume {sweep_id}: no sweep state at {state}; resume on the machine that ran the "
             "driver, or set ELASTUNE_HOME to the folder that holds it"
         )
-    _check_searcher_state(sweep_id, state)
+    if state.is_dir():
+        _check_searcher_state(sweep_id, state)
+    if record.ray_address and not (options.address or os.environ.get("RAY_ADDRESS")):
+        notes.append(
+            f"resume: the store records that the sweep ran on the Ray cluster at {printable(record.ray_address)}; "
+            "a resume never dials an address read from the store: pass --address to resume there. "
+            "Resuming on a new local Ray"
+        )
+    record.spec = spec.model_dump(mode="json")
+    record.memory_ceiling_bytes = spec.constraints.memory_ceiling
+    record.quality_tolerance = spec.constraints.quality_tolerance
     record.status = "running"
     record.job_id = ray_job_id() or record.job_id
-    return stored, record
+    return spec, record, notes
 
 
 def _check_searcher_state(sweep_id: str, state: Path) -> None:
