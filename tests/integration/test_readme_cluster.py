@@ -34,6 +34,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.integration.processes import kill_processes_naming
 from tests.integration.sweep_specs import tiny_spec, write_spec
 
 pytestmark = pytest.mark.integration
@@ -60,15 +61,7 @@ def head_folder() -> Iterator[Path]:
     try:
         yield folder
     finally:
-        family: list[psutil.Process] = []
-        for proc in psutil.process_iter(["cmdline"]):
-            with contextlib.suppress(psutil.Error):
-                if any(str(folder) in part for part in proc.info["cmdline"] or []):
-                    family += [proc, *proc.children(recursive=True)]
-        for proc in family:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signal.SIGKILL)
-        psutil.wait_procs(family, timeout=30)
+        kill_processes_naming(folder)
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -30,16 +30,10 @@ from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.unit.test_ui_api import write_sweep
+from tests.unit.test_ui_api import free_port, write_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hostile-tests-token-0123456789abcdef"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +58,7 @@ def _app(store: str, spec_dir: Path, token: str | None = None) -> TestClient:
     settings = UISettings(
         tracking_uri=store,
         spec_dir=spec_dir,
-        ray_address=f"http://127.0.0.1:{_free_port()}",  # nothing listens: a launch meets a 503
+        ray_address=f"http://127.0.0.1:{free_port()}",  # nothing listens: a launch meets a 503
         allowed_hosts=("testserver",),
         token=token,
     )
@@ -302,7 +296,7 @@ def test_the_docs_page_and_schema_open_and_every_data_call_needs_the_token(store
 
 
 def test_a_token_on_the_command_line_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["ui", "--token", TOKEN, "--port", str(_free_port())]) == 2
+    assert main(["ui", "--token", TOKEN, "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
     assert "ELASTUNE_UI_TOKEN" in err and "--token-file" in err and "UI on" not in err
 
@@ -324,9 +318,9 @@ def test_the_token_is_read_once_and_leaves_the_environment(tmp_path: Path, monke
 def test_a_bad_token_file_is_an_input_error(tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]) -> None:
     file = tmp_path / "token"
     file.write_text(content)
-    assert main(["ui", "--token-file", str(file), "--port", str(_free_port())]) == 2
+    assert main(["ui", "--token-file", str(file), "--port", str(free_port())]) == 2
     assert "--token-file" in capsys.readouterr().err
-    assert main(["ui", "--token-file", str(tmp_path / "missing"), "--port", str(_free_port())]) == 2
+    assert main(["ui", "--token-file", str(tmp_path / "missing"), "--port", str(free_port())]) == 2
 
 
 # ---- point 6: a sweep id the list shows always opens -------------------------------------

@@ -15,7 +15,6 @@ Hiding other jobs on the cluster needs a real job server: tests/integration/serv
 from __future__ import annotations
 
 import re
-import socket
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -30,7 +29,7 @@ from elastune.ui import UISettings, check_bind, create_app
 from elastune.ui.launch import SweepJob, plan_launch
 from fastapi.testclient import TestClient
 
-from tests.unit.test_ui_api import write_sweep
+from tests.unit.test_ui_api import free_port, write_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 RAY_TOKEN = "ray-token-that-must-stay-home-0123456789"
@@ -41,12 +40,6 @@ BILLION_LAUGHS = (
     "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
     "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +60,7 @@ def spec_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _app(store: str, spec_dir: Path, **settings: Any) -> TestClient:
-    settings.setdefault("ray_address", f"http://127.0.0.1:{_free_port()}")  # nothing listens: a launch is a 503
+    settings.setdefault("ray_address", f"http://127.0.0.1:{free_port()}")  # nothing listens: a launch is a 503
     ui = UISettings(tracking_uri=store, spec_dir=spec_dir, allowed_hosts=("testserver",), **settings)
     return TestClient(create_app(ui), raise_server_exceptions=False)
 
@@ -191,7 +184,7 @@ def test_rays_address_variables_are_addresses_the_user_gave_but_never_auto(
     monkeypatch.setattr(uvicorn, "run", started)  # a refusal comes before the server, or this fails
     monkeypatch.delenv("ELASTUNE_UI_TOKEN", raising=False)
     monkeypatch.delenv("RAY_API_SERVER_ADDRESS", raising=False)
-    port = str(_free_port())
+    port = str(free_port())
     monkeypatch.setenv("RAY_ADDRESS", "auto")
     assert main(["ui", "--port", port]) == 2
     assert "discovery file" in capsys.readouterr().err

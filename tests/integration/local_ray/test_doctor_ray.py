@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -21,9 +20,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import ray
+
+from tests.integration.processes import kill_processes_naming
 
 pytestmark = pytest.mark.integration
 
@@ -68,15 +68,7 @@ def open_cluster(wait_until: Callable[..., None]) -> Iterator[tuple[str, Path]]:
             driver.stdin.close()  # the driver shuts its cluster down
         with contextlib.suppress(subprocess.TimeoutExpired):
             driver.wait(timeout=60)
-        family: list[psutil.Process] = []
-        for proc in psutil.process_iter(["cmdline"]):
-            with contextlib.suppress(psutil.Error):
-                if any(str(folder) in part for part in proc.info["cmdline"] or []):
-                    family += [proc, *proc.children(recursive=True)]
-        for proc in family:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(signal.SIGKILL)
-        psutil.wait_procs(family, timeout=30)
+        kill_processes_naming(folder)
         if driver.poll() is None:
             driver.kill()
             driver.wait(timeout=30)
