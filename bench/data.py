@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from elastune.workloads.criteo_files import CriteoTSV, _parse_tsv_line, _rows_to_batch
-from elastune.workloads.data import NUM_DENSE, NUM_SPARSE, table_sizes
-from elastune.workloads.synthetic import SyntheticCriteo
+from elastune.data.clicks import NUM_DENSE, NUM_SPARSE, table_sizes
+from elastune.data.criteo import CriteoTSV, _parse_tsv_line, _rows_to_batch
+from elastune.data.synthetic import SyntheticCriteo
 from record import Figure, write_record
 
 BATCH = 4096

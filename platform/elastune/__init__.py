@@ -32,17 +32,17 @@ _LAZY = {
     "build_tables": "elastune.embeddings.tables",
     "Workload": "elastune.workloads.base",
     "QualityMetric": "elastune.workloads.quality",
-    "TableSource": "elastune.workloads.table_source",
-    "table_layout": "elastune.workloads.table_source",
+    "TableSource": "elastune.data.table",
+    "table_layout": "elastune.data.table",
 }
 
 if TYPE_CHECKING:
     from elastune.config import EmbeddingConfig, RunConfig
+    from elastune.data.table import TableSource, table_layout
     from elastune.embeddings.swap import swap_embeddings
     from elastune.embeddings.tables import TableSpec, build_tables
     from elastune.workloads.base import Workload
     from elastune.workloads.quality import QualityMetric
-    from elastune.workloads.table_source import TableSource, table_layout
 
 
 def __getattr__(name: str) -> Any:

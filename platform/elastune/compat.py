@@ -17,6 +17,7 @@ __all__ = [
     "gcs_probe",
     "is_fake",
     "loopback_only_ray",
+    "pytree",
     "ray_dial_host",
     "torch_backend_base",
     "trainer_without_callbacks",
@@ -123,3 +124,13 @@ def is_fake(tensor: Any) -> bool:
     from torch._subclasses.fake_tensor import is_fake as torch_is_fake
 
     return bool(torch_is_fake(tensor))
+
+
+def pytree() -> Any:
+    """torch's pytree utilities (`tree_flatten`, `tree_unflatten`, `register_dataclass`), which see
+    into dicts, lists, tuples, namedtuples and registered dataclasses: how data/batch.py handles a
+    workload's batch without knowing its fields. torch.compile and torch.export are built on them,
+    but the module is still private (`torch.utils._pytree`); no public module exists in 2.13."""
+    from torch.utils import _pytree
+
+    return _pytree

@@ -18,6 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
+from elastune.data.table import check_table_data
+from elastune.data.text import MIN_VOCAB, check_text_data
 from elastune.embeddings import get_strategy, strategies
 from elastune.embeddings.fbgemm import fbgemm_import_error, run_problems
 from elastune.embeddings.shared import validate_groups
@@ -25,8 +27,6 @@ from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
 from elastune.errors import MISSING, ConfigError, DataError, Problem
 from elastune.workloads import WorkloadError, build_workload
 from elastune.workloads.lm import LMOptions
-from elastune.workloads.table_source import check_table_data
-from elastune.workloads.text_source import MIN_VOCAB, check_text_data
 
 __all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
 

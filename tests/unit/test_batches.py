@@ -13,10 +13,10 @@ import pytest
 import torch
 from elastune.cli import main
 from elastune.config import DataConfig, RunConfig
+from elastune.data.clicks import Batch
+from elastune.data.synthetic import SyntheticCriteo
 from elastune.training.batches import step_batches
 from elastune.training.loop import train
-from elastune.workloads.data import Batch
-from elastune.workloads.synthetic import SyntheticCriteo
 
 MakeCfg = Callable[..., RunConfig]
 

@@ -1,5 +1,5 @@
 """Readers have bounded memory: a line over data.max_document_bytes is refused by its number before
-it is read whole, and a gzip bomb after inflating no more than that (workloads/files.py).
+it is read whole, and a gzip bomb after inflating no more than that (data/files.py).
 
 The big files (100 MB lines, a 3 MB gzip of 3 GiB) are read by `elastune train` in a child process,
 whose peak resident memory is measured (`ru_maxrss`, by the child itself); the child also runs under
@@ -23,11 +23,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from elastune.config import DataConfig
+from elastune.data import table as table_source
+from elastune.data import text as text_source
+from elastune.data.criteo import CriteoParquet, CriteoTSV
+from elastune.data.files import bounded_lines, open_bounded
 from elastune.errors import ConfigError, DataError
 from elastune.validate import load_run_config
-from elastune.workloads import table_source, text_source
-from elastune.workloads.criteo_files import CriteoParquet, CriteoTSV
-from elastune.workloads.files import bounded_lines, open_bounded
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tests.conftest import TINY

@@ -1,4 +1,4 @@
-"""elastune.workloads.data: the synthetic Criteo stream and the TSV / Parquet readers."""
+"""elastune.data.clicks: the synthetic Criteo stream and the TSV / Parquet readers."""
 
 from __future__ import annotations
 
@@ -14,18 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from elastune.data.clicks import CRITEO_KAGGLE_CARDINALITIES, NUM_DENSE, NUM_SPARSE, Batch, hash_category, table_sizes
+from elastune.data.criteo import CriteoParquet, CriteoTSV
+from elastune.data.source import DataSource
+from elastune.data.synthetic import SyntheticCriteo
 from elastune.errors import DataError, InputError
-from elastune.workloads.criteo_files import CriteoParquet, CriteoTSV
-from elastune.workloads.data import (
-    CRITEO_KAGGLE_CARDINALITIES,
-    NUM_DENSE,
-    NUM_SPARSE,
-    Batch,
-    DataSource,
-    hash_category,
-    table_sizes,
-)
-from elastune.workloads.synthetic import SyntheticCriteo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -536,7 +529,7 @@ def test_the_column_reader_reads_what_the_line_parser_reads(tmp_path: Path, seed
     """The TSV reader converts whole columns (pyarrow); every line must come out as the
     line-by-line parser `_parse_tsv_line` (Python's int) reads it: odd but valid values (`+5`,
     ` 7`, `0x1f`, 20-digit hex, huge counts), missing ones, and malformed lines skipped and counted."""
-    from elastune.workloads.criteo_files import _Malformed, _parse_tsv_line
+    from elastune.data.criteo import _Malformed, _parse_tsv_line
 
     rng = random.Random(seed)
     odd_ints = ["+5", " 7", "-0", "00012", "1_000", "99999999999999999999999", "x1", "٣", "1.5", ""]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 from elastune.config import EmbeddingConfig
+from elastune.data.clicks import table_sizes
 from elastune.embeddings import build_embedding, get_strategy, strategies
 from elastune.embeddings.sparse_optim import RowUpdate, SelfUpdating
 from elastune.memory.live_bytes import LiveBytes
 from elastune.validate import load_run_config
-from elastune.workloads.data import table_sizes
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 SIZES = table_sizes(0.0005)  # 26 tables, 3 to ~5k rows: every code path, small and fast

@@ -13,6 +13,7 @@ import pytest
 import torch
 from elastune.cli import main
 from elastune.config import EmbeddingConfig
+from elastune.data.clicks import table_sizes
 from elastune.embeddings import build_embedding, spec_for, strategies
 from elastune.embeddings.fbgemm import FbgemmEmbedding, fbgemm_import_error
 from elastune.embeddings.full import FullEmbedding
@@ -24,7 +25,6 @@ from elastune.training.precision import autocast_for
 from elastune.training.step import forward_backward
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload
-from elastune.workloads.data import table_sizes
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tests.conftest import TINY

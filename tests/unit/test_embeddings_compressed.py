@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from elastune.config import EmbeddingConfig, RunConfig
+from elastune.data.clicks import CRITEO_KAGGLE_CARDINALITIES, table_sizes
 from elastune.embeddings import get_strategy
 from elastune.embeddings import hashed as hashed_mod
 from elastune.embeddings import mixed_dim as mixed_mod
@@ -27,7 +28,6 @@ from elastune.embeddings.qr import QREmbedding, qr_layout
 from elastune.embeddings.shared import SharedEmbedding, default_groups, shared_layout
 from elastune.memory.estimate import estimate
 from elastune.training.loop import train
-from elastune.workloads.data import CRITEO_KAGGLE_CARDINALITIES, table_sizes
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from elastune.config import EmbeddingConfig, RunConfig
+from elastune.data.clicks import table_sizes
 from elastune.embeddings import build_embedding, get_strategy
 from elastune.embeddings.cached import CachedEmbedding, cache_capacity
 from elastune.embeddings.half import HalfEmbedding, stochastic_round
@@ -25,7 +26,6 @@ from elastune.embeddings.sparse_optim import RowUpdate, SelfUpdating
 from elastune.memory.estimate import estimate
 from elastune.training.loop import train
 from elastune.validate import load_run_config
-from elastune.workloads.data import table_sizes
 from torch._subclasses.fake_tensor import is_fake
 
 MakeCfg = Callable[..., RunConfig]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from elastune.config import RunConfig
+from elastune.data.clicks import table_sizes
 from elastune.errors import DeviceError, OutOfMemory
 from elastune.training.loop import train
-from elastune.workloads.data import table_sizes
 
 MakeCfg = Callable[..., RunConfig]
 

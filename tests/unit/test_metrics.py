@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from elastune.data.clicks import NUM_DENSE, Batch
 from elastune.training.metrics import binary_metrics as evaluate
-from elastune.workloads.data import NUM_DENSE, Batch
 from sklearn.metrics import log_loss, roc_auc_score
 
 CPU = torch.device("cpu")

@@ -9,10 +9,10 @@ import textwrap
 
 import pytest
 from elastune.cli import main
+from elastune.data.clicks import table_sizes
 from elastune.embeddings.fbgemm import fbgemm_import_error
 from elastune.errors import ConfigError
 from elastune.validate import load_run_config
-from elastune.workloads.data import table_sizes
 
 from tests.conftest import TINY
 

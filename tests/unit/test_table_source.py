@@ -1,4 +1,4 @@
-"""`data.source: table`: the user's own columns from CSV or Parquet (workloads/table_source.py).
+"""`data.source: table`: the user's own columns from CSV or Parquet (data/table.py).
 
 Every file is generated here, in tmp_path; every ELASTUNE_HOME (where vocabularies are cached) too.
 """
@@ -20,12 +20,13 @@ import ray
 import torch
 from elastune.cli import main
 from elastune.config import RunConfig
+from elastune.data.clicks import concat_batches
+from elastune.data.source import DataSource
+from elastune.data.table import RARE_ID, TableSource, hash_id, table_layout, vocabulary_file
 from elastune.errors import ConfigError
 from elastune.memory.trace import distinct_rows
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload
-from elastune.workloads.data import DataSource, concat_batches
-from elastune.workloads.table_source import RARE_ID, TableSource, hash_id, table_layout, vocabulary_file
 
 from tests.conftest import TINY
 
@@ -175,7 +176,7 @@ def test_vocabulary_is_deterministic_and_cached_by_fingerprint(tmp_path: Path, h
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     probe = (
         "from elastune.validate import load_run_config\n"
-        "from elastune.workloads.table_source import table_layout\n"
+        "from elastune.data.table import table_layout\n"
         f"sets = {[*TINY, 'data.source=table', f'data.path={path}', SCHEMA, 'eval.samples=256']!r}\n"
         "cfg = load_run_config(None, sets)\n"
         "print(table_layout(cfg.data).vocabulary.columns['city'])"

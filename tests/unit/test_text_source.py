@@ -1,5 +1,5 @@
 """`data.source: text`: the LM on the user's documents, through a BPE trained on them
-(workloads/text_source.py).
+(data/text.py).
 
 Every corpus is generated here, in tmp_path; every ELASTUNE_HOME (where tokenizers are cached) too.
 """
@@ -19,11 +19,12 @@ import pytest
 import torch
 from elastune.cli import main
 from elastune.config import DataConfig
+from elastune.data import text as text_source
+from elastune.data.text import EOS, PAD, UNK, TextSource, text_tokenizer, tokenizer_file
 from elastune.errors import ConfigError
 from elastune.training.loop import train
 from elastune.validate import load_run_config
-from elastune.workloads import build_workload, lm, text_source
-from elastune.workloads.text_source import EOS, PAD, UNK, TextSource, text_tokenizer, tokenizer_file
+from elastune.workloads import build_workload, lm
 from tokenizers import Tokenizer
 
 from tests.unit.test_table_source import _refused
@@ -113,7 +114,7 @@ def test_the_tokenizer_is_deterministic_cached_and_rebuilt_when_the_file_changes
     assert text_tokenizer(data, 300, 50).to_str() == first
     probe = (
         "from elastune.config import DataConfig\n"
-        "from elastune.workloads.text_source import text_tokenizer\n"
+        "from elastune.data.text import text_tokenizer\n"
         f"print(text_tokenizer(DataConfig(source='text', path={str(path)!r}), 300, 50).to_str())"
     )
     env = {**os.environ, "ELASTUNE_HOME": str(tmp_path / "other"), "RAYON_NUM_THREADS": "1"}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from elastune.workloads.data import Batch
+from elastune.data.clicks import Batch
 
 __all__ = ["FEATURES", "ITEM_FEATURES", "USER_FEATURES", "Catalogue", "Interactions"]
 

@@ -23,7 +23,8 @@ from typing import Literal
 
 import torch
 from elastune import QualityMetric, RunConfig, TableSource, TableSpec, build_tables, table_layout
-from elastune.workloads.data import Batch, DataSource
+from elastune.data.clicks import Batch
+from elastune.data.source import DataSource
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.nn import functional as F

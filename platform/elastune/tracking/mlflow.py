@@ -228,7 +228,7 @@ class SweepTracker:
         the parent run, so a model can be served from what MLflow holds: a table's vocabulary as
         vocabulary/vocabulary.json, a text's tokenizer as tokenizer/tokenizer.json. The spec was
         validated, so the artifact is in the cache: no file is re-read."""
-        from elastune.workloads.data import data_artifact
+        from elastune.data.artifacts import data_artifact
 
         artifact = data_artifact(base) if isinstance(base, dict) else None
         if artifact is not None:

@@ -1,6 +1,6 @@
 """The training loop's batches, one per optimizer step, through a real `torch.utils.data.DataLoader`.
 
-A data source is a pure function of position (workloads/data.py), so step k's batch is simply the
+A data source is a pure function of position (data/clicks.py), so step k's batch is simply the
 source's samples at that step's position: item k of `StepBatches`. The DataLoader adds what the
 run config's data-loading knobs ask for:
 
@@ -22,12 +22,25 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from elastune.config import DataConfig
-from elastune.workloads.data import Batch, DataSource
+from elastune.data.batch import Batch, pin_batch
+from elastune.data.source import DataSource
 
-__all__ = ["StepBatches", "step_batches"]
+__all__ = ["Step", "StepBatches", "step_batches"]
 
 
-class StepBatches(Dataset[Batch]):
+class Step:
+    """One step's batch as the DataLoader carries it: its pin-memory thread calls `pin_memory()` on
+    an object that has one, and this one pins whatever the batch holds (data/batch.py); torch's own
+    pinning would pass a dataclass or a Ragged value through unpinned."""
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def pin_memory(self) -> Step:
+        return Step(pin_batch(self.batch))
+
+
+class StepBatches(Dataset[Step]):
     """Item i: the samples of the i-th step from here that this rank reads, `done` being the
     samples this rank has trained on so far. Each rank reads its own contiguous share of the
     group's step (`effective` samples), so the ranks never overlap."""
@@ -39,11 +52,11 @@ class StepBatches(Dataset[Batch]):
     def __len__(self) -> int:
         return self.steps
 
-    def __getitem__(self, index: int) -> Batch:
+    def __getitem__(self, index: int) -> Step:
         if not 0 <= index < self.steps:
             raise IndexError(index)
         done = self.done + index * self.effective
-        return self.source.read(done * self.world + self.rank * self.effective, self.effective)
+        return Step(self.source.read(done * self.world + self.rank * self.effective, self.effective))
 
 
 def step_batches(
@@ -58,10 +71,10 @@ def step_batches(
         shuffle=False,  # step order is the stream's order
         num_workers=workers,
         prefetch_factor=data.prefetch if workers else None,
-        # pinned on the loader's own thread (Batch.pin_memory); without a GPU torch would only warn
+        # pinned on the loader's own thread (Step.pin_memory); without a GPU torch would only warn
         pin_memory=data.pin_memory and torch.cuda.is_available(),
         # its own generator: a loader draws a seed from one when it starts, and drawing it from the
         # global RNG would make a resumed run's random stream differ from the uninterrupted one's
         generator=torch.Generator().manual_seed(0),
     )
-    return iter(loader)
+    return (step.batch for step in loader)

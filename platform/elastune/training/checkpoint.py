@@ -56,7 +56,7 @@ from elastune.training.checkpoint_bounds import (
 from elastune.training.optim import Optimizers
 
 if TYPE_CHECKING:
-    from elastune.workloads.data import DataArtifact
+    from elastune.data.source import DataArtifact
 
 __all__ = ["LoopState", "check_checkpoint", "load_checkpoint", "save_checkpoint"]
 
@@ -134,7 +134,7 @@ def save_checkpoint(
 
 
 def _data_artifact(config: dict[str, Any]) -> DataArtifact | None:
-    from elastune.workloads.data import data_artifact
+    from elastune.data.artifacts import data_artifact
 
     return data_artifact(config)
 
@@ -164,7 +164,7 @@ def _check_data_artifact(path: Path, config: dict[str, Any]) -> None:
 def _save_data_artifact(path: Path, config: dict[str, Any]) -> None:
     """A file source's data artifact beside the checkpoint (`<checkpoint>.vocab.json`,
     `<checkpoint>.tokenizer.json`): the weights' rows mean nothing without the map to ids that
-    trained them (workloads/data.py: DataArtifact)."""
+    trained them (data/clicks.py: DataArtifact)."""
     artifact = _data_artifact(config)
     if artifact is None:
         return

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from elastune.config import RunConfig
+from elastune.data.batch import Batch, to_device
 from elastune.errors import OutOfMemory
 from elastune.training.batches import step_batches
 from elastune.training.checkpoint import LoopState, check_checkpoint, load_checkpoint, save_checkpoint
@@ -29,7 +30,6 @@ from elastune.training.precision import autocast_for, check_precision, grad_scal
 from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.step import forward_backward
 from elastune.workloads import build_workload
-from elastune.workloads.data import Batch
 from elastune.workloads.quality import quality_of
 
 __all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime"]
@@ -213,7 +213,7 @@ def train(
         if batch is None:
             host = next(batches)
             units = count_units(host) if count_units is not None and timed_from is not None else 0
-            batch = (host if arrange_step is None else arrange_step(host)).to(device, non_blocking=True)
+            batch = to_device(host if arrange_step is None else arrange_step(host), device, non_blocking=True)
         before_micro = None if fault is None else functools.partial(fault, state.step)
         try:
             step_loss = forward_backward(runner, workload, batch, state.micro, autocast, scaler, before_micro)

@@ -17,7 +17,7 @@ import torch
 from sklearn.metrics import log_loss, roc_auc_score
 from torch import nn
 
-from elastune.workloads.data import Batch
+from elastune.data.batch import Batch, to_device
 from elastune.workloads.quality import quality_of
 
 __all__ = ["EvalResult", "binary_metrics", "evaluate_workload"]
@@ -47,7 +47,7 @@ def evaluate_workload(
         metrics = binary_metrics(lambda b: workload.predict(model, b), batches, device, samples).as_metrics()
     else:
         with torch.no_grad():
-            metrics = _checked(type(workload).__name__, own(model, (b.to(device) for b in batches)))
+            metrics = _checked(type(workload).__name__, own(model, (to_device(b, device) for b in batches)))
     if metric.name not in metrics:
         raise ValueError(
             f"{type(workload).__name__} declares the quality metric {metric.name!r} but its eval metrics are "

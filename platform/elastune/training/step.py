@@ -10,8 +10,8 @@ from contextlib import AbstractContextManager
 import torch
 from torch import nn
 
+from elastune.data.batch import Batch, batch_device, batch_size, slice_batch
 from elastune.workloads import Workload
-from elastune.workloads.data import Batch
 
 __all__ = ["forward_backward"]
 
@@ -32,16 +32,16 @@ def forward_backward(
     gradients equal those of the whole batch in one pass: micro x accum is exact, not an
     approximation. Returns the step's mean loss as a tensor (not `.item()`: a CPU-GPU sync).
     """
-    total = len(batch)
-    weigh: Callable[[Batch], torch.Tensor | float] = getattr(workload, "loss_weight", len)
+    total = batch_size(batch)
+    weigh: Callable[[Batch], torch.Tensor | float] = getattr(workload, "loss_weight", batch_size)
     whole = weigh(batch)
     if isinstance(whole, torch.Tensor):  # a tensor on the device: no sync; an empty step weighs 0
         whole = whole.clamp(min=1)
-    step_loss = torch.zeros((), device=batch.labels.device)
+    step_loss = torch.zeros((), device=batch_device(batch))
     for index, start in enumerate(range(0, total, micro)):
         if before_micro is not None:
             before_micro(index)
-        part = batch.slice(start, min(start + micro, total))
+        part = slice_batch(batch, start, min(start + micro, total))
         with autocast():
             loss = workload.loss(model, part) * (weigh(part) / whole)
         # Scale before backward so fp16 gradients do not underflow (a no-op for fp32/bf16).

@@ -14,18 +14,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from elastune.config import RunConfig
+from elastune.data.clicks import NUM_DENSE, Batch, table_sizes
+from elastune.data.criteo import CriteoParquet, CriteoTSV
+from elastune.data.source import DataSource
+from elastune.data.synthetic import SyntheticCriteo
+from elastune.data.table import TableSource, table_layout
 from elastune.embeddings.tables import TableSpec, build_tables
-from elastune.workloads.criteo_files import CriteoParquet, CriteoTSV
-from elastune.workloads.data import (
-    NUM_DENSE,
-    Batch,
-    DataSource,
-    tables_of,
-)
 from elastune.workloads.dlrm import DLRM
 from elastune.workloads.quality import LOGLOSS
-from elastune.workloads.synthetic import SyntheticCriteo
-from elastune.workloads.table_source import TableSource, table_layout
 
 __all__ = ["DLRMWorkload", "Workload"]
 
@@ -85,7 +81,8 @@ class DLRMWorkload:
         self.cfg = cfg
         d = cfg.data
         self._layout = table_layout(d) if d.source == "table" else None
-        self.table_sizes = self._layout.sizes if self._layout else tables_of(d)
+        criteo = tuple(d.table_rows) if d.table_rows else table_sizes(d.rows_scale)
+        self.table_sizes = self._layout.sizes if self._layout else criteo
         self.num_dense = self._layout.num_dense if self._layout else NUM_DENSE
         self.pooling = self._layout.pooling if self._layout else d.pooling
 

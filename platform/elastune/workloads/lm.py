@@ -8,7 +8,7 @@ Data (`data.source`):
 - `synthetic` (default): `SyntheticText` below, `workload_options.vocab` ids with a learnable rule
   and log-normal lengths around `workload_options.mean_length`;
 - `text`: your documents (`data.path`, .txt or .jsonl), tokenized by a byte-level BPE trained on
-  them to `workload_options.vocab` ids (workloads/text_source.py; mean_length is not read). The
+  them to `workload_options.vocab` ids (data/text.py; mean_length is not read). The
   token table has the tokenizer's real size, which a small corpus leaves below the target.
 Other sources (Criteo's, a table's columns) are DLRM's and are refused.
 
@@ -53,10 +53,11 @@ from torch.utils.checkpoint import checkpoint
 
 from elastune.compat import is_fake, outside_trace
 from elastune.config import RunConfig
+from elastune.data.clicks import Batch
+from elastune.data.source import DataSource
+from elastune.data.text import PAD, TextSource, text_tokenizer
 from elastune.embeddings.tables import TableSpec, build_tables
-from elastune.workloads.data import Batch, DataSource
 from elastune.workloads.quality import QualityMetric
-from elastune.workloads.text_source import PAD, TextSource, text_tokenizer
 
 __all__ = ["PAD", "LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
 

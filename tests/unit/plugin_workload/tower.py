@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 from elastune import QualityMetric, RunConfig, swap_embeddings
-from elastune.workloads.data import Batch
+from elastune.data.clicks import Batch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.nn import functional as F

@@ -14,7 +14,7 @@ Documents: in a .txt (.txt.gz) each non-empty line is one document (its text wit
 ending; a line of whitespace only is none). In a .jsonl (.jsonl.gz) each non-blank line is one
 JSON object and the document is its `text_field` string (an empty or blank string is none). Files
 are UTF-8 (a byte-order mark at the start is skipped), at most MAX_TEXT_BYTES after decompression,
-and no line is over data.max_document_bytes (refused before it is read whole: workloads/files.py).
+and no line is over data.max_document_bytes (refused before it is read whole: data/files.py).
 
 The split: with eval_path every document of path trains and eval_path's are held out. Without it,
 eval.samples documents spread over path are held out: every k-th, k = max(2, documents //
@@ -74,10 +74,11 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from elastune.config import DataConfig, RunConfig, elastune_home, text_format
+from elastune.data.clicks import Batch
+from elastune.data.files import DataTooBig, bounded_lines
+from elastune.data.source import I64, DataArtifact, Mask, check_range
 from elastune.errors import DataError
 from elastune.units import human_bytes
-from elastune.workloads.data import I64, Batch, DataArtifact, Mask, check_range
-from elastune.workloads.files import DataTooBig, bounded_lines
 
 __all__ = [
     "EOS",

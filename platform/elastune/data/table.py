@@ -76,10 +76,11 @@ import pyarrow.parquet as pq
 import torch
 
 from elastune.config import DataConfig, TableSchema, elastune_home, table_format
+from elastune.data.clicks import Batch
+from elastune.data.criteo import _Block, _FileSource
+from elastune.data.files import block_size, check_parquet_values, open_bounded
+from elastune.data.source import F64, I64, DataArtifact
 from elastune.errors import DataError
-from elastune.workloads.criteo_files import _Block, _FileSource
-from elastune.workloads.data import F64, I64, Batch, DataArtifact
-from elastune.workloads.files import block_size, check_parquet_values, open_bounded
 
 __all__ = [
     "FIRST_ID",
@@ -123,7 +124,7 @@ def _roles(schema: TableSchema) -> dict[str, str]:
 
 def _record_batches(path: Path, schema: TableSchema, limit: int) -> Iterator[pa.RecordBatch]:
     """The schema's columns of `path`, in record batches; the file is never read whole, and a row
-    over `limit` bytes (data.max_document_bytes) is refused (workloads/files.py)."""
+    over `limit` bytes (data.max_document_bytes) is refused (data/files.py)."""
     if table_format(path) == "parquet":
         yield from _parquet_batches(path, schema, limit)
     else:

@@ -10,16 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from elastune.workloads.data import (
-    F32,
-    F64,
-    I64,
-    NUM_DENSE,
-    U32,
-    Batch,
-    check_range,
-    empty_batch,
-)
+from elastune.data.clicks import NUM_DENSE, Batch, empty_batch
+from elastune.data.source import F32, F64, I64, U32, check_range
 
 __all__ = ["SyntheticCriteo"]
 

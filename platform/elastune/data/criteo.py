@@ -19,19 +19,10 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import torch
 
+from elastune.data.clicks import NUM_DENSE, NUM_SPARSE, Batch, concat_batches, empty_batch, hash_category
+from elastune.data.files import DEFAULT_MAX_DOCUMENT_BYTES, block_size, check_parquet_values, open_bounded
+from elastune.data.source import I64, Mask, check_range
 from elastune.errors import DataError
-from elastune.workloads.data import (
-    I64,
-    NUM_DENSE,
-    NUM_SPARSE,
-    Batch,
-    Mask,
-    check_range,
-    concat_batches,
-    empty_batch,
-    hash_category,
-)
-from elastune.workloads.files import DEFAULT_MAX_DOCUMENT_BYTES, block_size, check_parquet_values, open_bounded
 
 __all__ = ["CriteoParquet", "CriteoTSV"]
 
@@ -95,7 +86,7 @@ class _FileSource(ABC):
       counted (once each, however many epochs re-read them) in `malformed_lines`; rows a block
       reports `truncated` are counted the same way in `truncated_rows`.
     * A line (a Parquet row's value) over `max_document_bytes` is a DataError naming it, whatever
-      skip_malformed says: it is refused before it is read whole (workloads/files.py).
+      skip_malformed says: it is refused before it is read whole (data/files.py).
 
     A subclass sets `num_dense`, `num_sparse` and `pooling` (the Batch shape) before calling
     `__init__`, or keeps Criteo's 13, 26 and 1.
