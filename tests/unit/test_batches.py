@@ -13,7 +13,7 @@ import pytest
 import torch
 from elastune.cli import main
 from elastune.config import DataConfig, RunConfig
-from elastune.data.clicks import Batch
+from elastune.data.clicks import ClickBatch
 from elastune.data.synthetic import SyntheticCriteo
 from elastune.training.batches import step_batches
 from elastune.training.loop import train
@@ -28,7 +28,7 @@ class Recording(SyntheticCriteo):
         super().__init__((50, 40), zipf_alpha=1.1, pooling=1, seed=0)
         self.folder = folder
 
-    def read(self, start: int, n: int) -> Batch:
+    def read(self, start: int, n: int) -> ClickBatch:
         (self.folder / f"{start}-{os.getpid()}").touch()
         return super().read(start, n)
 

@@ -166,7 +166,7 @@ def test_json_output_is_valid_json_when_figures_are_not_numbers(
 ) -> None:
     """`results --format json` on a sweep whose figures include NaN and infinity: strict JSON, null there."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    trial = TrialRecord("t1", 0, "ok", {"batch.micro": 64}, {}, samples_per_s=math.nan, val_logloss=math.inf)
+    trial = TrialRecord("t1", 0, "ok", {"batch.micro": 64}, {}, samples_per_s=math.nan, quality=math.inf)
     record = SweepRecord(
         "nan-sweep", {"name": "nan-sweep"}, "finished", reference_quality=math.nan, trials=[trial], started_at=1.0
     )

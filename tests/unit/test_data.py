@@ -14,7 +14,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from elastune.data.clicks import CRITEO_KAGGLE_CARDINALITIES, NUM_DENSE, NUM_SPARSE, Batch, hash_category, table_sizes
+from elastune.data.clicks import (
+    CRITEO_KAGGLE_CARDINALITIES,
+    NUM_DENSE,
+    NUM_SPARSE,
+    ClickBatch,
+    hash_category,
+    table_sizes,
+)
 from elastune.data.criteo import CriteoParquet, CriteoTSV
 from elastune.data.source import DataSource
 from elastune.data.synthetic import SyntheticCriteo
@@ -25,22 +32,22 @@ from hypothesis import strategies as st
 SMALL = table_sizes(0.01)
 
 
-def cat(*batches: Batch) -> Batch:
-    return Batch(
+def cat(*batches: ClickBatch) -> ClickBatch:
+    return ClickBatch(
         torch.cat([b.dense for b in batches]),
         torch.cat([b.sparse for b in batches]),
         torch.cat([b.labels for b in batches]),
     )
 
 
-def assert_same(a: Batch, b: Batch) -> None:
+def assert_same(a: ClickBatch, b: ClickBatch) -> None:
     assert len(a) == len(b)
     assert torch.equal(a.dense, b.dense)
     assert torch.equal(a.sparse, b.sparse)
     assert torch.equal(a.labels, b.labels)
 
 
-def assert_valid(batch: Batch, sizes: Sequence[int], pooling: int) -> None:
+def assert_valid(batch: ClickBatch, sizes: Sequence[int], pooling: int) -> None:
     n = len(batch)
     assert batch.dense.dtype == torch.float32 and batch.dense.shape == (n, NUM_DENSE)
     assert batch.sparse.dtype == torch.int64 and batch.sparse.shape == (n, len(sizes), pooling)
@@ -237,7 +244,7 @@ def test_a_simple_learner_finds_much_of_the_signal_quickly() -> None:
     dense = torch.nn.Linear(NUM_DENSE, 1)
     opt = torch.optim.Adagrad([*bias.parameters(), *dense.parameters()], lr=0.1)
 
-    def logits(b: Batch) -> torch.Tensor:
+    def logits(b: ClickBatch) -> torch.Tensor:
         flat = (b.sparse + offsets).view(len(b), -1)
         return (bias(flat) + dense(b.dense)).squeeze(1)
 
@@ -297,10 +304,10 @@ def write_parquet(path: Path, rows: Sequence[Sequence[str]], *, int_cats: bool =
     return path
 
 
-def expected_batch(rows: Sequence[Sequence[str]], sizes: Sequence[int] = SIZES) -> Batch:
+def expected_batch(rows: Sequence[Sequence[str]], sizes: Sequence[int] = SIZES) -> ClickBatch:
     ints = [[max(int(v), 0) if v else 0 for v in r[1:14]] for r in rows]
     ids = [[int(v, 16) % s if v else 0 for v, s in zip(r[14:], sizes, strict=True)] for r in rows]
-    return Batch(
+    return ClickBatch(
         torch.log1p(torch.tensor(ints, dtype=torch.float64)).float(),
         torch.tensor(ids, dtype=torch.int64).unsqueeze(2),
         torch.tensor([float(r[0]) for r in rows]),

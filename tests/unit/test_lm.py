@@ -46,7 +46,7 @@ def test_it_learns_and_is_judged_by_perplexity(capsys: pytest.CaptureFixture[str
     assert result["units"] == "tokens"
     assert 6 < result["units_per_s"] / result["samples_per_s"] < 14
     workload, _ = _model()
-    held_out = torch.cat([b.sparse[:, 0, 1:].flatten() for b in workload.data_source().eval_batches(512, 512)])
+    held_out = torch.cat([b.tokens[:, 1:].flatten() for b in workload.data_source().eval_batches(512, 512)])
     p = torch.bincount(held_out[held_out != 0]).double()
     p = p[p > 0] / p.sum()
     unigram = math.exp(float(-(p * p.log()).sum()))
@@ -58,11 +58,11 @@ def test_the_stream_is_a_pure_function_of_position_with_real_lengths() -> None:
     source = workload.data_source()
     whole = source.read(1000, 100)  # crosses a chunk (1024 sequences)
     parts = [source.read(1000, 30), source.read(1030, 70)]
-    assert torch.equal(whole.sparse, torch.cat([p.sparse for p in parts]))
-    lengths = source.read(0, 1024).dense[:, 0]
-    assert 7 < float(lengths.mean()) < 13 and int(lengths.max()) <= 32 and int(lengths.min()) >= 2
-    tokens = source.read(0, 4).sparse[:, 0, :]
-    for row, n in zip(tokens, source.read(0, 4).dense[:, 0].long(), strict=True):
+    assert torch.equal(whole.tokens, torch.cat([p.tokens for p in parts]))
+    lengths = source.read(0, 1024).lengths
+    assert 7 < float(lengths.float().mean()) < 13 and int(lengths.max()) <= 32 and int(lengths.min()) >= 2
+    tokens = source.read(0, 4).tokens
+    for row, n in zip(tokens, source.read(0, 4).lengths, strict=True):
         assert (row[:n] != 0).all() and (row[n:] == 0).all()  # real tokens, then padding
 
 
@@ -75,7 +75,7 @@ def test_dynamic_padding_computes_less_for_the_same_loss() -> None:
     model.eval()
     with torch.no_grad():
         assert float(dynamic.loss(model, batch)) == pytest.approx(float(static.loss(model, batch)), abs=1e-5)
-    assert seen[0] == int(batch.dense.max()) - 1 < seen[1] == 31  # dynamic first, then the full context
+    assert seen[0] == int(batch.lengths.max()) - 1 < seen[1] == 31  # dynamic first, then the full context
     # priced at the longest batch it can see: a full context
     assert estimate(load_run_config(None, [*SMALL, "data.padding=dynamic"])).peak_bytes == pytest.approx(
         estimate(load_run_config(None, SMALL)).peak_bytes, rel=0.01
@@ -88,9 +88,9 @@ def test_the_estimator_prices_the_longest_micro_batch_the_run_reads() -> None:
     short = "workload_options={vocab: 256, context: 128, mean_length: 6, layers: 2, heads: 2}"
     static = load_run_config(None, [*SMALL, short, "steps=20", "warmup_steps=2"])
     source = build_workload(static).data_source()
-    assert source.lengths(1000, 100).tolist() == source.read(1000, 100).dense[:, 0].long().tolist()
+    assert source.lengths(1000, 100).tolist() == source.read(1000, 100).lengths.tolist()
     reads = [source.read(step * 32, 32) for step in range(20)]
-    longest = max(int(b.dense.max()) for b in reads)
+    longest = max(int(b.lengths.max()) for b in reads)
     packer = build_workload(load_run_config(None, [*SMALL, short, "data.padding=packed"]))
     rows = max(packer.pack(b)[0].shape[0] for b in reads)
     assert longest < 64 and rows < 16  # short documents: far from the worst case (128 tokens, 32 rows)
@@ -100,9 +100,7 @@ def test_the_estimator_prices_the_longest_micro_batch_the_run_reads() -> None:
         assert shapes[32][0 if padding == "dynamic" else 1] >= seen  # every training micro-batch is covered
         # ... and by the traced peak: far below a full-context row per sequence
         assert estimate(cfg).traced_peak_bytes < 0.7 * estimate(static).traced_peak_bytes
-    assert shapes[32][1] == max(
-        rows, max(first_fit(b.dense[:, 0].long().tolist(), 128)[2] for b in source.eval_batches(512, 32))
-    )
+    assert shapes[32][1] == max(rows, max(first_fit(b.lengths.tolist(), 128)[2] for b in source.eval_batches(512, 32)))
 
 
 def test_tied_embeddings_share_one_table() -> None:
@@ -157,7 +155,7 @@ def test_packing_fills_rows_and_never_lets_attention_cross_documents() -> None:
     model.eval()
     batch = packed.data_source().read(0, 32)
     tokens, segments, positions = packed.pack(batch)
-    real = int(batch.dense.sum())
+    real = int(batch.lengths.sum())
     # fewer rows than sequences: short documents share rows, nearly full
     assert -(-real // 32) <= tokens.shape[0] < 32 and real / tokens.numel() > 0.85
     assert int((segments >= 0).sum()) == real and int(positions.max()) < 32
@@ -165,10 +163,10 @@ def test_packing_fills_rows_and_never_lets_attention_cross_documents() -> None:
     for doc in range(len(batch)):
         rows, cols = (segments == doc).nonzero(as_tuple=True)
         assert len(set(rows.tolist())) == 1
-        assert torch.equal(positions[rows, cols], torch.arange(int(batch.dense[doc, 0])))
+        assert torch.equal(positions[rows, cols], torch.arange(int(batch.lengths[doc])))
     # each document's tokens, in order, and positions that restart at each document
-    first = int(batch.dense[0, 0])
-    assert torch.equal(tokens[0, :first], batch.sparse[0, 0, :first]) and int(positions[0, first]) == 0
+    first = int(batch.lengths[0])
+    assert torch.equal(tokens[0, :first], batch.tokens[0, :first]) and int(positions[0, first]) == 0
     # change the first document's tokens: no other document's logits move
     with torch.no_grad():
         before = model(tokens, segments, positions)
@@ -180,7 +178,7 @@ def test_packing_fills_rows_and_never_lets_attention_cross_documents() -> None:
     assert not torch.allclose(before[segments == 0], after[segments == 0], atol=1e-3)
     # a document that fits in one row scores as it does alone (static), up to float error
     with torch.no_grad():
-        alone = model(batch.sparse[:1, 0, :first])
+        alone = model(batch.tokens[:1, :first])
     assert torch.allclose(before[0, :first], alone[0], atol=1e-4)
     # so packing changes the work, not the loss: every document scores as it does alone
     static, _ = _model()
@@ -199,7 +197,7 @@ def test_micro_times_accum_is_exact_over_tokens(padding: str) -> None:
 
     workload, model = _model(f"data.padding={padding}")
     batch = workload.data_source().read(0, 16)
-    lengths = batch.dense[:, 0]
+    lengths = batch.lengths
     assert len(set(lengths[i : i + 4].sum().item() for i in range(0, 16, 4))) > 1  # micro-batches differ
     scaler = torch.amp.GradScaler("cpu", enabled=False)
     grads, losses = [], []
@@ -225,7 +223,7 @@ def test_length_buckets_pad_less_for_the_same_step() -> None:
     assert plain.arrange_step(batch) is batch
 
     def padded(b: object, micro: int = 8) -> int:  # tokens computed: each micro-batch padded to its longest
-        return sum(len(b.slice(i, i + micro)) * int(b.dense[i : i + micro].max()) for i in range(0, len(b), micro))
+        return sum(len(b.lengths[i : i + micro]) * int(b.lengths[i : i + micro].max()) for i in range(0, len(b), micro))
 
     assert padded(sorted_batch) < 0.8 * padded(batch)
     scaler = torch.amp.GradScaler("cpu", enabled=False)

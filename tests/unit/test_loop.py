@@ -95,7 +95,7 @@ def test_resume_continues_exactly(tiny_cfg: MakeCfg, tmp_path: Path) -> None:
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_low_precision_trains(tiny_cfg: MakeCfg, precision: str) -> None:
     result = train(tiny_cfg(f"precision={precision}"))
-    assert math.isfinite(result.train_loss) and math.isfinite(result.val_logloss)
+    assert math.isfinite(result.train_loss) and math.isfinite(result.metrics["logloss"])
 
 
 def test_missing_gpu_is_an_input_error(tiny_cfg: MakeCfg) -> None:
@@ -115,7 +115,7 @@ def test_result_reports_what_it_measured(tiny_cfg: MakeCfg) -> None:
     assert r.peak_memory_kind == ("cuda_reserved" if cfg.device.startswith("cuda") else "cpu_rss_hwm")
     assert r.peak_memory_bytes >= 3 * table  # the table, its gradient and Adam's two moments
     assert r.estimated_peak_bytes is None  # the loop measures; `elastune train` attaches the prediction
-    assert 0.0 <= r.val_auc <= 1.0
+    assert 0.0 <= r.metrics["auc"] <= 1.0
     assert r.config["batch"]["micro"] == 64
 
 

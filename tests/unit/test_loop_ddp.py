@@ -35,7 +35,7 @@ def _rank(rank: int, store_path: str, out: str) -> None:
         for strategy in STRATEGIES:
             per_rank = [*TINY, *OVERRIDES, f"embedding.strategy={strategy}", "batch.micro=32"]
             result = train(load_run_config(None, per_rank), parallel=_TorchDDP(rank=rank, world_size=WORLD))
-            results[strategy] = {"logloss": result.val_logloss, "samples": result.samples}
+            results[strategy] = {"logloss": result.metrics["logloss"], "samples": result.samples}
         torch.save(results, f"{out}.{rank}")
     finally:
         dist.destroy_process_group()
@@ -52,5 +52,5 @@ def test_two_ranks_of_half_the_batch_equal_one_process_of_the_whole(tmp_path: Pa
         alone = train(load_run_config(None, [*TINY, *OVERRIDES, f"embedding.strategy={strategy}", "batch.micro=64"]))
         first, second = ranks[0][strategy], ranks[1][strategy]
         assert first["logloss"] == pytest.approx(second["logloss"], abs=1e-7), strategy  # the ranks stay in step
-        assert first["logloss"] == pytest.approx(alone.val_logloss, abs=1e-6), strategy
+        assert first["logloss"] == pytest.approx(alone.metrics["logloss"], abs=1e-6), strategy
         assert first["samples"] * WORLD == alone.samples, strategy

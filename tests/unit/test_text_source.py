@@ -88,7 +88,7 @@ def forget() -> None:
 
 def texts(src: TextSource, batch: object) -> list[str]:
     """Each sequence of a batch decoded, EOS dropped."""
-    tokens, lengths = batch.sparse[:, 0, :], batch.dense[:, 0].long()  # type: ignore[attr-defined]
+    tokens, lengths = batch.tokens, batch.lengths  # type: ignore[attr-defined]
     return [src.tokenizer.decode(row[:n].tolist()) for row, n in zip(tokens, lengths, strict=True)]
 
 
@@ -137,7 +137,7 @@ def test_special_ids_are_fixed_and_text_that_spells_them_stays_text(tmp_path: Pa
     assert lm.PAD == PAD
     assert src.table_sizes == (tok.get_vocab_size(),) and tok.get_vocab_size() <= 300
     batch = src.read(0, src.train_sequences)
-    for row, n in zip(batch.sparse[:, 0, :], batch.dense[:, 0].long(), strict=True):
+    for row, n in zip(batch.tokens, batch.lengths, strict=True):
         assert (row[: n - 1] > EOS).all() and (row[n:] == PAD).all()  # a special id only last: a document's EOS
     spelled = [t for t in texts(src, batch) if "<eos> of <pad>" in t]
     assert spelled, "documents that spell the special tokens are in the training sequences, as text"
@@ -150,19 +150,19 @@ def test_reads_are_a_pure_function_of_position_and_wrap(tmp_path: Path) -> None:
     src = source(write_txt(tmp_path / "c.txt", documents(400)))
     whole = src.read(0, 10)
     parts = [src.read(0, 4), src.read(4, 6)]
-    for field in ("dense", "sparse", "labels"):
+    for field in ("tokens", "lengths"):
         assert torch.equal(getattr(whole, field), torch.cat([getattr(p, field) for p in parts]))
     n = src.train_sequences
-    assert torch.equal(src.read(n - 2, 5).sparse, torch.cat([src.read(n - 2, 2).sparse, src.read(0, 3).sparse]))
-    assert torch.equal(src.read(3 * n + 7, 4).sparse, src.read(7, 4).sparse)
-    assert whole.sparse.shape == (10, 1, 32) and whole.sparse.dtype == torch.int64
-    assert whole.dense.shape == (10, 1) and whole.dense.dtype == torch.float32 and not whole.labels.any()
+    assert torch.equal(src.read(n - 2, 5).tokens, torch.cat([src.read(n - 2, 2).tokens, src.read(0, 3).tokens]))
+    assert torch.equal(src.read(3 * n + 7, 4).tokens, src.read(7, 4).tokens)
+    assert whole.tokens.shape == (10, 32) and whole.tokens.dtype == torch.int64
+    assert whole.lengths.shape == (10,) and whole.lengths.dtype == torch.int64
     assert len(src.read(5, 0)) == 0
     # a fresh source over the same file gives the same stream; another data.seed another order of it
     forget()
-    assert torch.equal(source(tmp_path / "c.txt").read(0, 10).sparse, whole.sparse)
+    assert torch.equal(source(tmp_path / "c.txt").read(0, 10).tokens, whole.tokens)
     other = TextSource(data_for(tmp_path / "c.txt", seed=1), vocab=300, context=32, eval_samples=50)
-    assert not torch.equal(other.read(0, 10).sparse, whole.sparse)
+    assert not torch.equal(other.read(0, 10).tokens, whole.tokens)
     assert sorted(texts(other, other.read(0, n))) == sorted(texts(src, src.read(0, n)))
 
 
@@ -178,12 +178,12 @@ def test_long_documents_are_cut_into_pieces_of_real_length(tmp_path: Path) -> No
     after = tokenizer_file(data_for(path), 300, 0).stat()
     assert (after.st_ino, after.st_mtime_ns) == (trained.st_ino, trained.st_mtime_ns)  # not trained again
     batch = next(src.eval_batches(10, 10))
-    lengths = batch.dense[:, 0].long().tolist()
+    lengths = batch.lengths.tolist()
     ids = [*tok.encode(long).ids, EOS]
     assert lengths == [32, 32, len(tok.encode(short).ids) + 1]
-    assert batch.sparse[0, 0].tolist() + batch.sparse[1, 0].tolist() == ids[:64]  # ids[64] is the dropped EOS
-    assert batch.sparse[2, 0, lengths[2] - 1] == EOS and (batch.sparse[2, 0, lengths[2] :] == PAD).all()
-    train = src.read(0, src.train_sequences).dense[:, 0]
+    assert batch.tokens[0].tolist() + batch.tokens[1].tolist() == ids[:64]  # ids[64] is the dropped EOS
+    assert batch.tokens[2, lengths[2] - 1] == EOS and (batch.tokens[2, lengths[2] :] == PAD).all()
+    train = src.read(0, src.train_sequences).lengths
     assert float(train.min()) >= 2 and float(train.max()) <= 32
 
 
@@ -215,7 +215,7 @@ def test_json_lines_read_the_text_field_and_gzip_reads_the_same(tmp_path: Path) 
     for name in ("c.jsonl", "c.jsonl.gz", "c.txt.gz"):
         got = source(tmp_path / name, **({"text_field": "body"} if "jsonl" in name else {}))
         assert got.tokenizer.to_str() == want.tokenizer.to_str(), name
-        assert torch.equal(got.read(0, 50).sparse, want.read(0, 50).sparse), name
+        assert torch.equal(got.read(0, 50).tokens, want.read(0, 50).tokens), name
     first = texts(want, next(want.eval_batches(1, 1)))[0]
     assert docs[5].startswith(first) and len(first) > 10  # every 6th document (300 // 50) is held out
 

@@ -59,8 +59,6 @@ def make_sweep(sweep_id: str, started_at: float = 1_700_000_000.125, n_ok: int =
                 samples_per_s=1000.0 / (number + 1) + 0.1 + 0.2,  # not a round number: exactness
                 peak_memory_bytes=90_000_000 - number * 7_000_000,
                 peak_memory_kind="cpu_rss_hwm",
-                val_logloss=0.5 + number / 3,
-                val_auc=0.7,
                 quality=0.5 + number / 3,
                 metrics={"logloss": 0.5 + number / 3, "auc": 0.7, "baseline_logloss": 0.69},
                 steps=6,

@@ -30,8 +30,6 @@ def result(peak: int = 800, logloss: float = 0.505) -> SimpleNamespace:
         quality_metric="logloss",
         quality_direction="min",
         quality=logloss,
-        val_logloss=logloss,
-        val_auc=0.7,
         oom_retries=1,
     )
 
@@ -42,7 +40,7 @@ def ranked_result(recall: float) -> SimpleNamespace:
         samples=4096, steps=8, samples_per_s=1.0, units_per_s=40.0, units="tokens", peak_memory_bytes=800,
         peak_memory_kind="cpu_rss_hwm",
         metrics={"recall": recall}, quality_metric="recall", quality_direction="max", quality=recall,
-        val_logloss=None, val_auc=None, oom_retries=0, window_samples_per_s=[], warmup_windows=0,
+        oom_retries=0, window_samples_per_s=[], warmup_windows=0,
     )  # fmt: skip
 
 

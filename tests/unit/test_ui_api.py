@@ -45,8 +45,8 @@ def _trial(number: int, status: str, sps: float | None, peak: int | None, est: i
         samples_per_s=sps,
         peak_memory_bytes=peak,
         peak_memory_kind="cpu_rss_hwm" if peak else None,
-        val_logloss=0.5 if sps else None,
-        val_auc=0.7 if sps else None,
+        quality=0.5 if sps else None,
+        metrics={"logloss": 0.5, "auc": 0.7} if sps else {},
         quality_ok=True if status == "ok" else None,
         error="estimated peak over the ceiling" if status == "infeasible" else None,
     )
@@ -68,7 +68,6 @@ def write_lm_sweep(tracking_uri: str, sweep_id: str = "sw-ui-lm") -> SweepRecord
     for number, (padding, sps, tokens) in enumerate([("static", 300.0, 11_000.0), ("packed", 900.0, 33_000.0)]):
         trial = _trial(number, "ok", sps, 250 * 2**20, 260 * 2**20, **{"data.padding": padding, "batch.micro": 32})
         trial.units, trial.units_per_s = "tokens", tokens
-        trial.val_logloss = trial.val_auc = None
         trial.quality, trial.metrics = 41.0 + number, {"perplexity": 41.0 + number, "loss": 3.7}
         trials.append(trial)
     return _finished(tracking_uri, record, trials)

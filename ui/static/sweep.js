@@ -150,18 +150,23 @@
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
     { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },
     { key: "quality", label: "Eval quality", num: true, cell: (t) => num(t.quality) },
-    { key: "val_auc", label: "Eval AUC", num: true, cell: (t) => num(t.val_auc) },
     { key: "oom_retries", label: "OOM retries", num: true },
   ];
 
   function table() {
-    // The quality column is named by the workload's metric; AUC only for workloads that have it;
-    // a units column (an LM's real tokens/s) only for workloads that count them.
+    // The quality column is named by the workload's metric, then a column per other eval metric the
+    // workload reports (a click model's AUC, a classifier's F1); a units column (an LM's real
+    // tokens/s) only for workloads that count them.
     const named = COLUMNS.filter((c) => c.key !== "units_per_s" || data.units)
       .filter((c) => c.key !== "confirmed_speedup" || data.trials.some((t) => t.confirmed_speedup))
-      .filter((c) => c.key !== "val_auc" || data.trials.some((t) => t.val_auc !== null && t.val_auc !== undefined))
       .map((c) => (c.key === "quality" ? { ...c, label: `Eval ${data.quality_metric}` }
         : c.key === "units_per_s" ? { ...c, label: `${data.units[0].toUpperCase()}${data.units.slice(1)}/s` } : c));
+    const others = [...new Set(data.trials.flatMap((t) => Object.keys(t.metrics || {})))]
+      .filter((name) => name !== data.quality_metric).sort()
+      .map((name) => ({ key: `metric.${name}`, label: `Eval ${name}`, num: true,
+        get: (t) => (t.metrics ? t.metrics[name] : null), cell: (t) => num(t.metrics ? t.metrics[name] : null) }));
+    const oom = named.findIndex((c) => c.key === "oom_retries");
+    named.splice(oom, 0, ...others);
     const cols = [...named,
       ...(data.parameters.length ? [{ key: "params", label: "Parameters", cls: "params", cmp: byParams, cell: paramsCell }] : []),
       { key: "error", label: "Note", cls: "note", cell: (t) => (t.error ? el("span", { text: t.error.split("\n")[0].slice(0, 160), title: t.error }) : "") }];

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from elastune.data.clicks import Batch
+from elastune.data import ClickBatch
 
 __all__ = ["FEATURES", "ITEM_FEATURES", "USER_FEATURES", "Catalogue", "Interactions"]
 
 AGES, GENDERS, OCCUPATIONS, ZIPS, GENRES, YEARS = 7, 2, 21, 1000, 19, 12  # genre 0: "no second genre"
 USER_FEATURES = ("user_id", "age", "gender", "occupation", "zip")
 ITEM_FEATURES = ("movie_id", "genre_1", "genre_2", "year")
-FEATURES = USER_FEATURES + ITEM_FEATURES  # the order of Batch.sparse's feature axis
+FEATURES = USER_FEATURES + ITEM_FEATURES  # the order of ClickBatch.sparse's feature axis
 DENSE = 2  # the user's activity and the movie's popularity, log-scaled
 CHUNK = 4096
 TASTE = 8  # width of the hidden taste vectors
@@ -97,16 +97,16 @@ class Interactions:
         self.catalogue = Catalogue.generate(users, movies, seed)
         self.table_sizes = (users, AGES, GENDERS, OCCUPATIONS, ZIPS, movies, GENRES, GENRES, YEARS)
         self.seed, self.negatives = seed, negatives
-        self._recent: dict[int, OrderedDict[int, Batch]] = {_TRAIN: OrderedDict(), _EVAL: OrderedDict()}
+        self._recent: dict[int, OrderedDict[int, ClickBatch]] = {_TRAIN: OrderedDict(), _EVAL: OrderedDict()}
 
-    def read(self, start: int, n: int) -> Batch:
+    def read(self, start: int, n: int) -> ClickBatch:
         return self._read(_TRAIN, start, n)
 
-    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[ClickBatch]:
         for start in range(0, n, batch_size):
             yield self._read(_EVAL, start, min(batch_size, n - start))
 
-    def _read(self, split: int, start: int, n: int) -> Batch:
+    def _read(self, split: int, start: int, n: int) -> ClickBatch:
         if start < 0 or n < 0:
             raise ValueError(f"read(start={start}, n={n}): start and n must be >= 0")
         parts = []
@@ -115,10 +115,12 @@ class Interactions:
             lo, hi = max(start - index * CHUNK, 0), min(start + n - index * CHUNK, CHUNK)
             parts.append(chunk.slice(lo, hi))
         if not parts:
-            return Batch(torch.zeros(0, DENSE), torch.zeros(0, len(FEATURES), 1, dtype=torch.int64), torch.zeros(0))
-        return Batch(*(torch.cat([getattr(p, f) for p in parts]) for f in ("dense", "sparse", "labels")))
+            return ClickBatch(
+                torch.zeros(0, DENSE), torch.zeros(0, len(FEATURES), 1, dtype=torch.int64), torch.zeros(0)
+            )
+        return ClickBatch(*(torch.cat([getattr(p, f) for p in parts]) for f in ("dense", "sparse", "labels")))
 
-    def _chunk(self, split: int, index: int) -> Batch:
+    def _chunk(self, split: int, index: int) -> ClickBatch:
         recent = self._recent[split]
         if index not in recent:
             recent[index] = self._generate(split, index)
@@ -126,7 +128,7 @@ class Interactions:
                 recent.popitem(last=False)
         return recent[index]
 
-    def _generate(self, split: int, index: int) -> Batch:
+    def _generate(self, split: int, index: int) -> ClickBatch:
         c = self.catalogue
         rng = np.random.default_rng([self.seed, split, index])
         user = rng.choice(len(c.user_weight), CHUNK, p=c.user_weight)
@@ -139,7 +141,7 @@ class Interactions:
             negative = rng.random(CHUNK) < self.negatives
             movie = np.where(negative, candidates[:, 0], movie)
             labels[negative] = 0.0
-        return Batch(
+        return ClickBatch(
             torch.from_numpy(c.dense(user, movie)),
             torch.from_numpy(c.sparse(user, movie)),
             torch.from_numpy(labels),

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from elastune import QualityMetric, RunConfig, TableSource, TableSpec, build_tables, table_layout
-from elastune.data.clicks import Batch
-from elastune.data.source import DataSource
+from elastune import QualityMetric, RunConfig, TableSource, TableSpec, Workload, build_tables, table_layout
+from elastune.data import ClickBatch, DataSource
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 from torch.nn import functional as F
@@ -67,7 +66,7 @@ class TwoTowerOptions(BaseModel):
 
 @dataclass(frozen=True)
 class Towers:
-    """Which features (columns of Batch.sparse) and dense columns each tower reads."""
+    """Which features (columns of ClickBatch.sparse) and dense columns each tower reads."""
 
     user: list[int]
     item: list[int]
@@ -112,13 +111,16 @@ def _mlp(widths: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers[:-1])  # no activation on the output vector
 
 
-class TwoTowerWorkload:
+class TwoTowerWorkload(Workload):
     """On generated MovieLens-style data (data.source: synthetic, the default) or on your own file
     of interactions through elastune's table source (data.source: table, data.schema), with the
     towers split by `item_columns`."""
 
+    options_model = TwoTowerOptions
+    options: TwoTowerOptions
+
     def __init__(self, cfg: RunConfig, options: TwoTowerOptions) -> None:
-        self.cfg, self.options = cfg, options
+        super().__init__(cfg, options)
         self.quality = (
             QualityMetric("recall_at_10", "max") if options.loss == "in_batch" else QualityMetric("logloss", "min")
         )
@@ -128,14 +130,14 @@ class TwoTowerWorkload:
             self._layout = table_layout(cfg.data)
             self.towers, self.num_dense = _split(cfg, options, self._layout.names)
             self.pooling = self._layout.pooling
-            self.tables = [
+            self._tables = [
                 TableSpec(name, rows, dim, pooling=self.pooling)
                 for name, rows in zip(self._layout.names, self._layout.sizes, strict=True)
             ]
         elif cfg.data.source == "synthetic":
             o = options
             self.towers, self.num_dense, self.pooling = GENERATED, DENSE, 1
-            self.tables = [
+            self._tables = [
                 TableSpec("user_id", o.users, dim),
                 TableSpec("age", AGES, dim),
                 TableSpec("gender", GENDERS, dim),
@@ -147,7 +149,10 @@ class TwoTowerWorkload:
             ]
         else:
             raise ValueError(f"data.source={cfg.data.source!r}: the two towers read synthetic or table data")
-        self.table_sizes = tuple(t.rows for t in self.tables for _ in t.looked_up_by)
+
+    @property
+    def tables(self) -> list[TableSpec]:
+        return self._tables
 
     def build_model(self) -> nn.Module:
         embeddings = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
@@ -164,7 +169,7 @@ class TwoTowerWorkload:
                 )
         return self._source
 
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+    def loss(self, model: nn.Module, batch: ClickBatch) -> torch.Tensor:
         user, item = model(batch.dense, batch.sparse)
         if self.options.loss == "bce":
             return F.binary_cross_entropy_with_logits((user * item).sum(dim=1).float(), batch.labels)
@@ -181,15 +186,20 @@ class TwoTowerWorkload:
         watched = (batch.labels > 0.5).float()
         return (per_row * watched).sum() / watched.sum().clamp(min=1.0)
 
-    def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+    def eval_step(self, model: nn.Module, batch: ClickBatch, metrics: object) -> torch.Tensor:
+        """What the estimator prices evaluation by (`evaluate` below does the scoring): both towers
+        over one eval batch, and the batch's log loss of its dot products."""
         user, item = model(batch.dense, batch.sparse)
-        return torch.sigmoid((user * item).sum(dim=1).float())
+        return F.binary_cross_entropy_with_logits((user * item).sum(dim=1).float(), batch.labels)
 
-    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+    def table_ids(self, batch: ClickBatch) -> torch.Tensor:
+        return batch.sparse
+
+    def evaluate(self, model: nn.Module, batches: Iterable[ClickBatch]) -> dict[str, float]:
         """recall@10 of each held-out watch among every item of the held-out set (and, under bce,
         eval log loss).
 
-        The estimator prices evaluation by tracing `predict` on one eval batch, not this method, so
+        The estimator prices evaluation by tracing `eval_step` on one eval batch, not this method, so
         it keeps little: one vector per held-out row, and 64 users x the candidates scored at a time."""
         users, items, ids, watched = [], [], [], []
         loss_sum = 0.0
@@ -217,9 +227,9 @@ class TwoTowerWorkload:
             metrics["logloss"] = loss_sum / max(len(item_id), 1)
         return metrics
 
-    def example_batch(self, n: int) -> Batch:
+    def example_batch(self, n: int) -> ClickBatch:
         features = len(self.table_sizes)
-        return Batch(
+        return ClickBatch(
             torch.empty(n, self.num_dense), torch.zeros(n, features, self.pooling, dtype=torch.int64), torch.empty(n)
         )
 

@@ -17,8 +17,9 @@ from elastune.text import printable
 
 __all__ = ["ConfigArg", "FormatOpt", "SetOpt", "TrackingOpt", "err", "out", "reading_the_store"]
 
-# Wide enough for the sweep summary when output goes to a file or a pipe (rich assumes 80 there).
-out = Console(width=None if sys.stdout.isatty() else 160)
+# Wide enough for the sweep summary's --wide table (about 180 columns: a column per figure, and the
+# workload's other eval metrics) when output goes to a file or a pipe (rich assumes 80 there).
+out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 ConfigArg = Annotated[Path | None, typer.Argument(help="YAML run config; without it the embedded defaults are used.")]

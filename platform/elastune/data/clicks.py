@@ -17,7 +17,7 @@ __all__ = [
     "CRITEO_KAGGLE_CARDINALITIES",
     "NUM_DENSE",
     "NUM_SPARSE",
-    "Batch",
+    "ClickBatch",
     "concat_batches",
     "empty_batch",
     "hash_category",
@@ -52,7 +52,7 @@ def table_sizes(rows_scale: float) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True, eq=False)
-class Batch:
+class ClickBatch:
     """B samples, ready for the model.
 
     dense:  float32 [B, 13], already log1p(max(x, 0)): Criteo counts are heavy-tailed, and the log
@@ -70,32 +70,32 @@ class Batch:
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
-    def slice(self, start: int, stop: int) -> Batch:
+    def slice(self, start: int, stop: int) -> ClickBatch:
         """Rows [start, stop), as views: micro-batching must not copy the batch."""
-        return Batch(self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop])
+        return ClickBatch(self.dense[start:stop], self.sparse[start:stop], self.labels[start:stop])
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> ClickBatch:
         """The same batch on `device` (sources produce CPU tensors; the loop moves them);
         `non_blocking` copies from pinned memory asynchronously."""
-        return Batch(*(t.to(device, non_blocking=non_blocking) for t in (self.dense, self.sparse, self.labels)))
+        return ClickBatch(*(t.to(device, non_blocking=non_blocking) for t in (self.dense, self.sparse, self.labels)))
 
-    def pin_memory(self) -> Batch:
+    def pin_memory(self) -> ClickBatch:
         """The batch in page-locked host memory (what a DataLoader with pin_memory=True calls)."""
-        return Batch(self.dense.pin_memory(), self.sparse.pin_memory(), self.labels.pin_memory())
+        return ClickBatch(self.dense.pin_memory(), self.sparse.pin_memory(), self.labels.pin_memory())
 
 
-def concat_batches(parts: Sequence[Batch]) -> Batch:
+def concat_batches(parts: Sequence[ClickBatch]) -> ClickBatch:
     if len(parts) == 1:
         return parts[0]
-    return Batch(
+    return ClickBatch(
         torch.cat([p.dense for p in parts]),
         torch.cat([p.sparse for p in parts]),
         torch.cat([p.labels for p in parts]),
     )
 
 
-def empty_batch(num_sparse: int, pooling: int, num_dense: int = NUM_DENSE) -> Batch:
-    return Batch(
+def empty_batch(num_sparse: int, pooling: int, num_dense: int = NUM_DENSE) -> ClickBatch:
+    return ClickBatch(
         torch.zeros(0, num_dense),
         torch.zeros(0, num_sparse, pooling, dtype=torch.int64),
         torch.zeros(0),

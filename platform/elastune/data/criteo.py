@@ -19,7 +19,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 import torch
 
-from elastune.data.clicks import NUM_DENSE, NUM_SPARSE, Batch, concat_batches, empty_batch, hash_category
+from elastune.data.clicks import NUM_DENSE, NUM_SPARSE, ClickBatch, concat_batches, empty_batch, hash_category
 from elastune.data.files import DEFAULT_MAX_DOCUMENT_BYTES, block_size, check_parquet_values, open_bounded
 from elastune.data.source import I64, Mask, check_range
 from elastune.errors import DataError
@@ -31,7 +31,7 @@ __all__ = ["CriteoParquet", "CriteoTSV"]
 class _Block:
     """Consecutive valid rows parsed from a file, with the malformed lines skipped among them."""
 
-    batch: Batch
+    batch: ClickBatch
     malformed: list[int]  # 1-based line (row) numbers skipped
     last_line: int  # the last line number this block covered
     truncated: int = 0  # rows whose multi-hot list was cut to its MAX_IDS (table sources)
@@ -40,14 +40,14 @@ class _Block:
 class _RowStream:
     """The valid rows of one file, from its beginning, handed out k at a time."""
 
-    def __init__(self, batches: Iterator[Batch]) -> None:
+    def __init__(self, batches: Iterator[ClickBatch]) -> None:
         self._batches = batches
-        self._head: Batch | None = None
+        self._head: ClickBatch | None = None
         self.consumed = 0  # rows handed out (or skipped) so far
 
-    def take(self, k: int) -> list[Batch]:
+    def take(self, k: int) -> list[ClickBatch]:
         """Up to k rows as views of parsed blocks; fewer only when the file has run out."""
-        parts: list[Batch] = []
+        parts: list[ClickBatch] = []
         while k > 0:
             if self._head is None or len(self._head) == 0:
                 self._head = next(self._batches, None)
@@ -88,7 +88,7 @@ class _FileSource(ABC):
     * A line (a Parquet row's value) over `max_document_bytes` is a DataError naming it, whatever
       skip_malformed says: it is refused before it is read whole (data/files.py).
 
-    A subclass sets `num_dense`, `num_sparse` and `pooling` (the Batch shape) before calling
+    A subclass sets `num_dense`, `num_sparse` and `pooling` (the ClickBatch shape) before calling
     `__init__`, or keeps Criteo's 13, 26 and 1.
     """
 
@@ -128,7 +128,7 @@ class _FileSource(ABC):
     def _parse(self, path: Path) -> Iterator[_Block]:
         """The file's valid rows from its start, in blocks; malformed rows per skip_malformed."""
 
-    def read(self, start: int, n: int) -> Batch:
+    def read(self, start: int, n: int) -> ClickBatch:
         """Training samples [start, start + n), wrapping around the file; see the class doc."""
         check_range(start, n)
         if n == 0:
@@ -137,7 +137,7 @@ class _FileSource(ABC):
             if self._stream is None or start != self._cursor:
                 self._seek(start)
             assert self._stream is not None
-            parts: list[Batch] = []
+            parts: list[ClickBatch] = []
             left = n
             while left > 0:
                 got = self._stream.take(left)
@@ -151,7 +151,7 @@ class _FileSource(ABC):
         self._cursor = start + n
         return concat_batches(parts)
 
-    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[ClickBatch]:
         """The first n rows of the eval set, in batches (re-read from the file every call)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -172,7 +172,7 @@ class _FileSource(ABC):
                 )
             yield concat_batches(got)
 
-    def _batches(self, path: Path) -> Iterator[Batch]:
+    def _batches(self, path: Path) -> Iterator[ClickBatch]:
         for block in self._parse(path):
             seen = self._scanned.get(path, 0)
             self.malformed_lines += sum(1 for line in block.malformed if line > seen)
@@ -217,12 +217,12 @@ class _FileSource(ABC):
         return DataError(f"{path}:{line}: {problem}; {self._fix}")
 
 
-def _rows_to_batch(labels: npt.ArrayLike, ints: npt.ArrayLike, ids: npt.ArrayLike) -> Batch:
-    """Parsed columns -> a Batch: dense log1p(max(x, 0)), sparse [B, 26, 1].
+def _rows_to_batch(labels: npt.ArrayLike, ints: npt.ArrayLike, ids: npt.ArrayLike) -> ClickBatch:
+    """Parsed columns -> a ClickBatch: dense log1p(max(x, 0)), sparse [B, 26, 1].
 
     Counts are converted through float64 so a huge count cannot overflow an int64 on the way."""
     counts = np.asarray(ints, dtype=np.float64).reshape(-1, NUM_DENSE)
-    return Batch(
+    return ClickBatch(
         torch.from_numpy(np.log1p(np.maximum(counts, 0.0)).astype(np.float32)),
         torch.from_numpy(np.asarray(ids, dtype=np.int64).reshape(-1, NUM_SPARSE, 1)),
         torch.from_numpy(np.asarray(labels, dtype=np.float32)),
@@ -332,7 +332,7 @@ class CriteoTSV(_FileSource):
             if malformed and not self.skip_malformed:
                 raise self._malformed(path, malformed[0], _problem_at(path, malformed[0], self.max_document_bytes))
             keep = ~bad
-            batch = Batch(
+            batch = ClickBatch(
                 torch.from_numpy(np.log1p(np.maximum(counts[keep], 0.0)).astype(np.float32)),
                 torch.from_numpy(ids[keep].reshape(-1, NUM_SPARSE, 1)),
                 torch.from_numpy(labels[keep].astype(np.float32)),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from elastune.data.clicks import NUM_DENSE, Batch, empty_batch
+from elastune.data.clicks import NUM_DENSE, ClickBatch, empty_batch
 from elastune.data.source import F32, F64, I64, U32, check_range
 
 __all__ = ["SyntheticCriteo"]
@@ -191,7 +191,7 @@ def _unit_values(ids: I64, salts: U32) -> F32:
 
 @dataclass(frozen=True)
 class _Chunk:
-    """One generated chunk, as numpy (row slices of it become the tensors of a Batch)."""
+    """One generated chunk, as numpy (row slices of it become the tensors of a ClickBatch)."""
 
     dense: F32  # [c, 13], log1p'd
     sparse: I64  # [c, F, P]
@@ -236,11 +236,11 @@ class SyntheticCriteo:
         self._teacher.calibrate(self._features(calibration, _CALIBRATION_SAMPLES))
         self._recent: dict[int, OrderedDict[int, _Chunk]] = {split: OrderedDict() for split in (_TRAIN, _EVAL)}
 
-    def read(self, start: int, n: int) -> Batch:
+    def read(self, start: int, n: int) -> ClickBatch:
         """Training samples [start, start + n); see DataSource.read."""
         return self._read(_TRAIN, start, n)
 
-    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[ClickBatch]:
         """The first n samples of the eval split, in batches: the same every call."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -266,7 +266,7 @@ class SyntheticCriteo:
         probs = np.concatenate([c.probs for c in chunks])[:n]
         return labels, probs
 
-    def _read(self, split: int, start: int, n: int) -> Batch:
+    def _read(self, split: int, start: int, n: int) -> ClickBatch:
         check_range(start, n)
         if n == 0:
             return empty_batch(len(self.table_sizes), self.pooling)
@@ -276,7 +276,7 @@ class SyntheticCriteo:
             lo, hi = max(start - i * self.chunk, 0), min(stop - i * self.chunk, self.chunk)
             parts.append((self._cached(split, i), lo, hi))
         # concatenate copies, so callers may modify their batch without corrupting the cache
-        return Batch(
+        return ClickBatch(
             torch.from_numpy(np.concatenate([c.dense[lo:hi] for c, lo, hi in parts])),
             torch.from_numpy(np.concatenate([c.sparse[lo:hi] for c, lo, hi in parts])),
             torch.from_numpy(np.concatenate([c.labels[lo:hi] for c, lo, hi in parts])),

@@ -9,7 +9,7 @@ data:
   min_count: 2
 ```
 
-What a row becomes (a `Batch`, data.py):
+What a row becomes (a `ClickBatch`, data.py):
 
 * dense: float32 [B, len(schema.dense)], the numbers as given (int or float columns; null and NaN
   read as 0). No log1p or scaling: elastune cannot know what a column measures, and a transform the
@@ -76,7 +76,7 @@ import pyarrow.parquet as pq
 import torch
 
 from elastune.config import DataConfig, TableSchema, elastune_home, table_format
-from elastune.data.clicks import Batch
+from elastune.data.clicks import ClickBatch
 from elastune.data.criteo import _Block, _FileSource
 from elastune.data.files import block_size, check_parquet_values, open_bounded
 from elastune.data.source import F64, I64, DataArtifact
@@ -603,7 +603,7 @@ class TableSource(_FileSource):
             first_row += rb.num_rows
             yield _Block(batch, [], first_row - 1, truncated)
 
-    def _convert(self, path: Path, rb: pa.RecordBatch, first_row: int) -> tuple[Batch, int]:
+    def _convert(self, path: Path, rb: pa.RecordBatch, first_row: int) -> tuple[ClickBatch, int]:
         s, n = self.schema, rb.num_rows
         labels = _numbers(path, rb, s.label, "label", first_row)
         dense = np.zeros((n, self.num_dense), dtype=np.float32)
@@ -621,7 +621,7 @@ class TableSource(_FileSource):
             keep = position < max_ids
             ids[row[keep], f, position[keep]] = item_ids[keep]
             truncated |= lengths > max_ids
-        batch = Batch(
+        batch = ClickBatch(
             torch.from_numpy(dense),
             torch.from_numpy(ids),
             torch.from_numpy(labels.astype(np.float32)),

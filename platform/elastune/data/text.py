@@ -31,9 +31,9 @@ target when the corpus runs out of pairs to merge. Training is deterministic: th
 give the same JSON, whatever the thread count (tests/unit/test_text_source.py checks it).
 
 Sequences: each document's ids, EOS included, cut into consecutive pieces of at most `context` ids;
-a last piece of one id is dropped (nothing to predict from it). A sequence travels in a `Batch` as
-SyntheticText's (lm.py): sparse int64 [B, 1, context] right-padded with PAD, dense float32 [B, 1]
-its real length, labels zeros. Training sequence k is the (k mod n)-th of the n training sequences
+a last piece of one id is dropped (nothing to predict from it). Sequences travel in a `TokenBatch`,
+as SyntheticText's (below): tokens int64 [B, context] right-padded with PAD, lengths int64 [B] the
+real ids of each. Training sequence k is the (k mod n)-th of the n training sequences
 in one fixed order, shuffled by data.seed so that a batch does not hold one long document's pieces
 or one stretch of the file: a pure function of position, each epoch in the same order.
 `eval_batches` gives the held-out sequences in file order.
@@ -58,6 +58,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -74,20 +75,22 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from elastune.config import DataConfig, RunConfig, elastune_home, text_format
-from elastune.data.clicks import Batch
 from elastune.data.files import DataTooBig, bounded_lines
 from elastune.data.source import I64, DataArtifact, Mask, check_range
 from elastune.errors import DataError
 from elastune.units import human_bytes
 
 __all__ = [
+    "DEFAULT_VOCAB",
     "EOS",
     "MAX_TEXT_BYTES",
     "MIN_VOCAB",
     "PAD",
     "UNK",
+    "SyntheticText",
     "TextCorpus",
     "TextSource",
+    "TokenBatch",
     "check_text_data",
     "text_corpus",
     "text_tokenizer",
@@ -97,6 +100,7 @@ __all__ = [
 ]
 
 PAD, UNK, EOS = 0, 1, 2  # PAD is lm.PAD
+DEFAULT_VOCAB = 4096  # the LM's workload_options.vocab when none is given
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<eos>")  # in id order
 MIN_VOCAB = 256 + len(SPECIAL_TOKENS)  # every byte has an id, then the special tokens
 MAX_TEXT_BYTES = 2 << 30  # 2 GiB of text, decompressed: the ids are held in memory (4 bytes each)
@@ -460,6 +464,21 @@ def _pieces(starts: I64, lengths: I64, context: int) -> tuple[I64, I64]:
     return start[keep], length[keep]
 
 
+@dataclass(frozen=True, eq=False)
+class TokenBatch:
+    """B token sequences, what a text source (a file's documents, or SyntheticText) gives the LM.
+
+    tokens:  int64 [B, context], the ids, right-padded with PAD (0);
+    lengths: int64 [B], each sequence's real ids (at least 2: one to predict from, one to predict).
+    """
+
+    tokens: torch.Tensor
+    lengths: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.lengths.shape[0])
+
+
 @dataclass(frozen=True)
 class _Sequences:
     ids: U32
@@ -469,17 +488,13 @@ class _Sequences:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def batch(self, rows: I64 | slice, context: int) -> Batch:
+    def batch(self, rows: I64 | slice, context: int) -> TokenBatch:
         starts, lengths = self.starts[rows], self.lengths[rows]
         columns = np.arange(context)
         real = columns[None, :] < lengths[:, None]
         tokens = np.full((len(starts), context), PAD, dtype=np.int64)
         tokens[real] = self.ids[(starts[:, None] + columns[None, :])[real]]
-        return Batch(
-            torch.from_numpy(lengths.astype(np.float32)[:, None]),
-            torch.from_numpy(tokens[:, None, :]),
-            torch.zeros(len(starts)),
-        )
+        return TokenBatch(torch.from_numpy(tokens), torch.from_numpy(lengths.astype(np.int64)))
 
 
 class TextSource:
@@ -525,12 +540,12 @@ class TextSource:
     def eval_sequences(self) -> int:
         return len(self._eval)
 
-    def read(self, start: int, n: int) -> Batch:
+    def read(self, start: int, n: int) -> TokenBatch:
         check_range(start, n)
         rows = (start + np.arange(n, dtype=np.int64)) % len(self._train)
         return self._train.batch(rows, self.context)
 
-    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[TokenBatch]:
         n = min(n, len(self._eval))
         for start in range(0, n, batch_size):
             yield self._eval.batch(slice(start, min(start + batch_size, n)), self.context)
@@ -554,10 +569,9 @@ def _settings(config: Mapping[str, Any]) -> tuple[DataConfig, int, int] | None:
     data = config.get("data")
     if not isinstance(data, Mapping) or data.get("source") != "text":
         return None
-    from elastune.workloads.lm import LMOptions  # lm builds on this module
-
     cfg = RunConfig.model_validate(config)
-    vocab = LMOptions.model_validate(cfg.workload_options).vocab
+    # the LM's option (validated with the config that ran); read here, as data knows no workload
+    vocab = int(cfg.workload_options.get("vocab", DEFAULT_VOCAB))
     return cfg.data, vocab, 0 if cfg.data.eval_path else cfg.eval.samples
 
 
@@ -581,3 +595,81 @@ def tokenizer_artifact(config: Mapping[str, Any]) -> DataArtifact | None:
         "changed since)",
         ids=lambda raw: raw,  # the whole tokenizer: vocabulary, merges, special tokens, pre-tokenizer
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic text: no files, a learnable rule
+# ----------------------------------------------------------------------------------------------
+
+CHUNK = 1024  # sequences per generated chunk
+
+
+class SyntheticText:
+    """Token sequences with a realistic length spread and a learnable structure (implements
+    DataSource): lengths are log-normal around `mean_length` (sigma 0.8, as documents are),
+    clipped to [2, context]; a token follows its predecessor by a fixed rule (t -> 7t + 3 mod V)
+    with probability 0.6, else is drawn Zipf-skewed. A pure function of position: sequence k comes
+    from chunk k // CHUNK, seeded by (seed, split, chunk)."""
+
+    pooling: int
+
+    def __init__(self, vocab: int, context: int, mean_length: float, seed: int = 0) -> None:
+        self.vocab, self.context, self.mean_length, self.seed = vocab, context, mean_length, seed
+        self.table_sizes: tuple[int, ...] = (vocab,)
+        self.pooling = context
+        ranks = np.arange(1, vocab, dtype=np.float64)  # id 0 is PAD, never a token
+        self._zipf = ranks**-1.1 / (ranks**-1.1).sum()
+        self._recent: dict[tuple[int, int], TokenBatch] = {}
+
+    def read(self, start: int, n: int) -> TokenBatch:
+        return self._read(0, start, n)
+
+    def eval_batches(self, n: int, batch_size: int) -> Iterator[TokenBatch]:
+        for start in range(0, n, batch_size):
+            yield self._read(1, start, min(batch_size, n - start))
+
+    def _read(self, split: int, start: int, n: int) -> TokenBatch:
+        if start < 0 or n < 0:
+            raise ValueError(f"read(start={start}, n={n}): start and n must be >= 0")
+        parts = []
+        for index in range(start // CHUNK, (start + n - 1) // CHUNK + 1) if n else ():
+            lo, hi = max(start - index * CHUNK, 0), min(start + n - index * CHUNK, CHUNK)
+            chunk = self._chunk(split, index)
+            parts.append(TokenBatch(chunk.tokens[lo:hi], chunk.lengths[lo:hi]))
+        if not parts:
+            return TokenBatch(torch.zeros(0, self.context, dtype=torch.int64), torch.zeros(0, dtype=torch.int64))
+        return TokenBatch(torch.cat([p.tokens for p in parts]), torch.cat([p.lengths for p in parts]))
+
+    def _chunk(self, split: int, index: int) -> TokenBatch:
+        key = (split, index)
+        if key not in self._recent:
+            if len(self._recent) >= 4:
+                self._recent.pop(next(iter(self._recent)))
+            self._recent[key] = self._generate(split, index)
+        return self._recent[key]
+
+    def lengths(self, start: int, n: int) -> np.ndarray:
+        """The lengths of training sequences [start, start + n), without generating their tokens."""
+        first, last = start // CHUNK, (start + n - 1) // CHUNK
+        drawn = np.concatenate(
+            [self._draw_lengths(np.random.default_rng([self.seed, 0, i])) for i in range(first, last + 1)]
+        )
+        return drawn[start - first * CHUNK : start - first * CHUNK + n]
+
+    def _draw_lengths(self, rng: np.random.Generator) -> np.ndarray:
+        sigma = 0.8
+        mu = math.log(self.mean_length) - sigma**2 / 2  # the log-normal's mean is mean_length
+        return np.clip(np.rint(rng.lognormal(mu, sigma, CHUNK)), 2, self.context).astype(np.int64)
+
+    def _generate(self, split: int, index: int) -> TokenBatch:
+        rng = np.random.default_rng([self.seed, split, index])
+        lengths = self._draw_lengths(rng)  # first from the chunk's generator: `lengths` draws the same
+        drawn = rng.choice(self.vocab - 1, (CHUNK, self.context), p=self._zipf) + 1
+        follow = rng.random((CHUNK, self.context)) < 0.6
+        tokens = np.empty((CHUNK, self.context), dtype=np.int64)
+        tokens[:, 0] = drawn[:, 0]
+        for t in range(1, self.context):  # one column at a time: each token may follow the last
+            rule = (tokens[:, t - 1] * 7 + 3) % (self.vocab - 1) + 1
+            tokens[:, t] = np.where(follow[:, t], rule, drawn[:, t])
+        tokens[np.arange(self.context)[None, :] >= lengths[:, None]] = PAD
+        return TokenBatch(torch.from_numpy(tokens), torch.from_numpy(lengths))

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
+from typing import Any, cast
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -82,12 +84,14 @@ def _distinct_rows(
         }
     )
     wl = build_workload(cfg)
-    offsets = feature_offsets(wl.table_sizes).view(1, -1, 1)
     counts = {}
     try:
         source = wl.data_source()
         for n in {micro, eval_batch}:
-            ids = source.read(0, n).sparse
+            ids = wl.table_ids(source.read(0, n))
+            if ids is None:  # the workload does not say which ids it looks up: one row per lookup
+                return ()
+            offsets = feature_offsets(wl.table_sizes).view(1, -1, 1)
             counts[ids.numel()] = int(torch.unique(ids + offsets).numel())
     except DataError:
         return ()
@@ -127,7 +131,26 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
     model.eval()
     with torch.no_grad(), autocast():
         eval_batch = workload.example_batch(cfg.eval.batch or cfg.batch.micro)
-        workload.predict(model, eval_batch)
+        workload.eval_step(model, eval_batch, cast(Mapping[str, Any], _UNRECORDED))
+
+
+class _Unrecorded:
+    """A metric that records nothing: what `eval_step` updates in the trace (a metric's own state
+    is a few numbers, and its checks would read the fake tensors' values)."""
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+class _UnrecordedMetrics(dict[str, _Unrecorded]):
+    def __missing__(self, name: str) -> _Unrecorded:
+        return _Unrecorded()
+
+
+_UNRECORDED = _UnrecordedMetrics()
 
 
 def _moved_tensors(model: torch.nn.Module) -> list[torch.Tensor]:

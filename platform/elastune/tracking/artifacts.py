@@ -33,8 +33,7 @@ _CSV_FIGURES = (
     "peak_memory_bytes",
     "peak_memory_kind",
     "estimated_peak_bytes",
-    "val_logloss",
-    "val_auc",
+    "quality",
     "oom_retries",
     "steps",
     "quality_ok",
@@ -64,17 +63,21 @@ def best_config_yaml(record: SweepRecord) -> str | None:
 
 
 def trials_csv(record: SweepRecord) -> str:
-    """One row per trial, in proposal order; searched params as `param.<key>` columns."""
+    """One row per trial, in proposal order; searched params as `param.<key>` columns, the
+    workload's eval metrics as `metric.<name>` columns."""
     trials = sorted(record.trials, key=lambda t: (t.number, t.trial_id))
     param_keys = sorted({key for t in trials for key in flatten(t.params)})
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["trial_id", "number", "status", *(f"param.{k}" for k in param_keys), *_CSV_FIGURES])
+    metric_keys = sorted({name for t in trials for name in t.metrics})  # each eval metric the workload has
+    header = ["trial_id", "number", "status", *(f"param.{k}" for k in param_keys), *_CSV_FIGURES]
+    writer.writerow([*header, *(f"metric.{name}" for name in metric_keys)])
     for trial in trials:
         params = flatten(trial.params)
         row: list[Any] = [trial.trial_id, trial.number, trial.status]
         row += [as_text(params[k]) if k in params else "" for k in param_keys]
         row += ["" if getattr(trial, name) is None else getattr(trial, name) for name in _CSV_FIGURES]
+        row += [trial.metrics.get(name, "") for name in metric_keys]
         writer.writerow([_inert(cell) for cell in row])
     return buffer.getvalue()
 

@@ -117,8 +117,6 @@ _TRIAL_METRICS = (
     "samples_per_s",
     "peak_memory_bytes",
     "estimated_peak_bytes",
-    "val_logloss",
-    "val_auc",
     "quality",
     "oom_retries",
 )
@@ -260,7 +258,7 @@ class SweepTracker:
         params = {key: as_text(value) for key, value in flatten(trial.config).items()}
         params |= {f"search.{key}": as_text(value) for key, value in flatten(trial.params).items()}
         metrics = {name: float(getattr(trial, name)) for name in _TRIAL_METRICS if getattr(trial, name) is not None}
-        # Each eval metric as val_NAME (a binary workload's: val_logloss, val_auc, val_baseline_logloss).
+        # Each eval metric as val_NAME (a click model's: val_logloss, val_auc, val_baseline_logloss).
         metrics |= {f"val_{name}": value for name, value in trial.metrics.items()}
         if trial.units and trial.units_per_s is not None:
             metrics[f"{trial.units}_per_s"] = trial.units_per_s

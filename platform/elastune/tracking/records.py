@@ -80,8 +80,6 @@ class TrialRecord:
     confirmed_speedup: list[float] | None = None
     peak_memory_bytes: int | None = None  # measured
     peak_memory_kind: str | None = None  # cuda_reserved | cpu_rss_hwm | virtual
-    val_logloss: float | None = None  # a binary workload's eval log loss and AUC
-    val_auc: float | None = None
     quality: float | None = None  # the sweep's quality metric (SweepRecord.quality_metric)
     metrics: dict[str, float] = field(default_factory=dict)  # every eval metric the workload computed
     oom_retries: int = 0
@@ -102,8 +100,9 @@ class TrialRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialRecord:
         """The record `to_dict` wrote; RecordError for a wrong type or a key it does not have.
-        A record from before workloads declared their quality metric has log loss as its quality."""
-        return _with_quality(_validate(_TRIAL, data))
+        A record from before workloads declared their metrics holds `val_logloss` and `val_auc`:
+        they become its metrics `logloss` and `auc`, and log loss its quality."""
+        return _with_quality(_validate(_TRIAL, _with_metrics(data)))
 
 
 @dataclass
@@ -154,17 +153,32 @@ class SweepRecord:
         data = dict(data)
         if "reference_logloss" in data and "reference_quality" not in data:
             data["reference_quality"] = data.pop("reference_logloss")
+        data["trials"] = [_with_metrics(t) if isinstance(t, Mapping) else t for t in data.get("trials", [])]
         record = _validate(_SWEEP, data)
         for trial in record.trials:
             _with_quality(trial)
         return record
 
 
+_OLD_METRICS = {"val_logloss": "logloss", "val_auc": "auc"}  # fields of records before `metrics`
+
+
+def _with_metrics(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's record with an older release's `val_logloss` / `val_auc` fields as metrics."""
+    out = dict(data)
+    old = {name: out.pop(field) for field, name in _OLD_METRICS.items() if field in out}
+    metrics = out.get("metrics")
+    if not isinstance(metrics, Mapping):
+        return out
+    out["metrics"] = {**{k: v for k, v in old.items() if v is not None}, **metrics}
+    return out
+
+
 def _with_quality(trial: TrialRecord) -> TrialRecord:
-    """A trial recorded before workloads declared a quality metric (no `metrics`) was judged by
-    its eval log loss: that is its quality."""
-    if trial.quality is None and not trial.metrics and trial.val_logloss is not None:
-        trial.quality = trial.val_logloss
+    """A trial recorded before workloads declared a quality metric was judged by its eval log
+    loss: that is its quality."""
+    if trial.quality is None and "logloss" in trial.metrics and set(trial.metrics) <= {"logloss", "auc"}:
+        trial.quality = trial.metrics["logloss"]
     return trial
 
 

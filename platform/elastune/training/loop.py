@@ -30,7 +30,6 @@ from elastune.training.precision import autocast_for, check_precision, grad_scal
 from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.step import forward_backward
 from elastune.workloads import build_workload
-from elastune.workloads.quality import quality_of
 
 __all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime"]
 
@@ -84,8 +83,8 @@ class TrainResult:
     peak_memory_kind: str  # what was measured: cuda_reserved | cpu_rss_hwm
     peak_allocated_bytes: int | None
     estimated_peak_bytes: int | None
-    # The eval metrics (a binary workload's: logloss, auc, baseline_logloss) and the one the
-    # workload declares as its quality, with its value.
+    # The eval metrics (a click model's: logloss, auc, baseline_logloss) and the one the workload
+    # declares as its quality, with its value.
     metrics: dict[str, float]
     quality_metric: str
     quality_direction: str
@@ -109,14 +108,6 @@ class TrainResult:
     window_samples_per_s: list[float] = field(default_factory=list)
     # the leading windows still warming up (`warm_up_windows`): left out of samples_per_s and units_per_s
     warmup_windows: int = 0
-
-    @property
-    def val_logloss(self) -> float | None:
-        return self.metrics.get("logloss")
-
-    @property
-    def val_auc(self) -> float | None:
-        return self.metrics.get("auc")
 
 
 def _under_config_threads(fn: Callable[Concatenate[RunConfig, P], R]) -> Callable[Concatenate[RunConfig, P], R]:
@@ -154,7 +145,7 @@ def train(
     # elastune checkpoint. Checked now, not when it is read or written after the model is built.
     writes = parallel is None or parallel.rank == 0  # ranks hold the same weights: rank 0 writes
     check_checkpoint(cfg.checkpoint, cfg.to_dict(), writes=writes)
-    from elastune.training.metrics import evaluate_workload  # lazy: scikit-learn (2 s to import)
+    from elastune.training.metrics import evaluate_workload
 
     torch.manual_seed(cfg.seed)
     workload = build_workload(cfg)
@@ -190,8 +181,7 @@ def train(
     window: tuple[float, int, int] | None = None  # the open timed window's start (time, samples, units)
     windows: list[Window] = []  # the closed ones
     window_steps = 0
-    count_units = getattr(workload, "count_units", None)  # e.g. an LM's real tokens (padding excluded)
-    arrange_step = getattr(workload, "arrange_step", None)  # e.g. an LM's sequences sorted by length
+    counts_units = workload.units is not None  # e.g. an LM's real tokens (padding excluded)
     timed_units = 0
     batches = step_batches(
         source,
@@ -212,8 +202,9 @@ def train(
         # exactly them; each rank reads its own contiguous share of the group's step
         if batch is None:
             host = next(batches)
-            units = count_units(host) if count_units is not None and timed_from is not None else 0
-            batch = to_device(host if arrange_step is None else arrange_step(host), device, non_blocking=True)
+            units = workload.count_units(host) if counts_units and timed_from is not None else 0
+            # arrange_step: e.g. an LM's sequences sorted by length, so a micro-batch pads less
+            batch = to_device(workload.arrange_step(host), device, non_blocking=True)
         before_micro = None if fault is None else functools.partial(fault, state.step)
         try:
             step_loss = forward_backward(runner, workload, batch, state.micro, autocast, scaler, before_micro)
@@ -268,13 +259,13 @@ def train(
     samples_per_s = _rate(timed_from, state) or 0.0
     elapsed = time.perf_counter() - timed_from[0] if timed_from else 0.0
     timed_seconds = (state.samples - timed_from[1]) / samples_per_s if timed_from and samples_per_s else 0.0
-    units_per_s = timed_units / timed_seconds if count_units is not None and timed_seconds else None
+    units_per_s = timed_units / timed_seconds if counts_units and timed_seconds else None
     warmup = warm_up_windows([w.rate for w in windows])
     if warmup:  # the run was still warming up after warmup_steps: its steady windows alone count
         steady = windows[warmup:]
         seconds = sum(w.seconds for w in steady)
         samples_per_s = sum(w.samples for w in steady) / seconds
-        units_per_s = sum(w.units for w in steady) / seconds if count_units is not None else None
+        units_per_s = sum(w.units for w in steady) / seconds if counts_units else None
     if loss_steps:
         last_loss = float(loss_sum) / loss_steps
     if ckpt.path is not None and rank == 0:  # ranks hold the same weights: one writer
@@ -284,10 +275,8 @@ def train(
     model.eval()
     eval_batch = cfg.eval.batch or state.micro
     with autocast():
-        metrics = evaluate_workload(
-            workload, model, source.eval_batches(cfg.eval.samples, eval_batch), device, cfg.eval.samples
-        )
-    quality = quality_of(workload)
+        metrics = evaluate_workload(workload, model, source.eval_batches(cfg.eval.samples, eval_batch), device)
+    quality = workload.quality
     peak: MemoryPeak = probe.peak()
 
     return TrainResult(
@@ -301,7 +290,7 @@ def train(
         quality_direction=quality.direction,
         quality=metrics[quality.name],
         units_per_s=units_per_s,
-        units=getattr(workload, "units", None) if count_units is not None else None,
+        units=workload.units,
         train_loss=last_loss,
         steps=state.step,
         samples=state.samples,

@@ -33,8 +33,7 @@ def forward_backward(
     approximation. Returns the step's mean loss as a tensor (not `.item()`: a CPU-GPU sync).
     """
     total = batch_size(batch)
-    weigh: Callable[[Batch], torch.Tensor | float] = getattr(workload, "loss_weight", batch_size)
-    whole = weigh(batch)
+    whole = workload.loss_weight(batch)
     if isinstance(whole, torch.Tensor):  # a tensor on the device: no sync; an empty step weighs 0
         whole = whole.clamp(min=1)
     step_loss = torch.zeros((), device=batch_device(batch))
@@ -43,7 +42,7 @@ def forward_backward(
             before_micro(index)
         part = slice_batch(batch, start, min(start + micro, total))
         with autocast():
-            loss = workload.loss(model, part) * (weigh(part) / whole)
+            loss = workload.loss(model, part) * (workload.loss_weight(part) / whole)
         # Scale before backward so fp16 gradients do not underflow (a no-op for fp32/bf16).
         scaler.scale(loss).backward()
         step_loss += loss.detach()

@@ -58,8 +58,6 @@ class TrialReport(BaseModel):
     peak_memory_bytes: int | None = None
     peak_memory_kind: str | None = None
     estimated_peak_bytes: int | None = None
-    val_logloss: float | None = None  # a binary workload's metrics
-    val_auc: float | None = None
     quality: float | None = None  # the value of the workload's quality metric
     quality_metric: str | None = None  # its name and direction (workloads/quality.py)
     quality_direction: Direction | None = None
@@ -146,8 +144,6 @@ _AS_RECORDED = (
     "windows",
     "peak_memory_bytes",
     "peak_memory_kind",
-    "val_logloss",
-    "val_auc",
     "quality",
     "oom_retries",
     "quality_ok",
@@ -213,8 +209,6 @@ def final_report(result: TrainResult, loop_config: dict[str, Any]) -> TrialRepor
         peak_memory_bytes=result.peak_memory_bytes,
         peak_memory_kind=result.peak_memory_kind,
         estimated_peak_bytes=loop_config.get("estimate"),
-        val_logloss=result.val_logloss,
-        val_auc=result.val_auc,
         quality=result.quality,
         quality_metric=metric.name,
         quality_direction=metric.direction,

@@ -38,7 +38,7 @@ SUMMARY_COLUMNS = (
     "peak (measured)",
     "predicted",
     "quality vs ref",
-    "AUC",
+    "other metrics",
 )
 # the default: fits a 100-column terminal, figures stacked in a cell (a trial takes a few lines)
 COMPACT_COLUMNS = ("#", "trial", "config", "samples/s", "vs ref", "peak", "quality")
@@ -81,7 +81,7 @@ def summary_rows(record: SweepRecord, top: int | None = None) -> list[tuple[str,
                 human_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "-",
                 human_bytes(trial.estimated_peak_bytes) if trial.estimated_peak_bytes else "-",
                 _quality(trial, record),
-                f"{trial.val_auc:.4f}" if trial.val_auc is not None else "-",
+                _other_metrics(trial, record),
             )
         )
     return rows
@@ -177,6 +177,14 @@ def speedup(trial: TrialRecord, record: SweepRecord) -> float | None:
 def _speedup(trial: TrialRecord, record: SweepRecord) -> str:
     ratio = speedup(trial, record)
     return f"{ratio:.2f}×" if ratio is not None else "-"
+
+
+def _other_metrics(trial: TrialRecord, record: SweepRecord) -> str:
+    """The trial's eval metrics besides the quality metric (a click model's AUC, an LM's loss)."""
+    others = [
+        f"{printable(name)}={value:.4g}" for name, value in trial.metrics.items() if name != record.quality_metric
+    ]
+    return ", ".join(others) or "-"
 
 
 def _quality(trial: TrialRecord, record: SweepRecord) -> str:

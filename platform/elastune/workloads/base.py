@@ -1,139 +1,149 @@
-"""The Workload protocol: what the training loop and the estimator need from a model family.
+"""`elastune.Workload`: what the training loop, the estimator and the tuner need from a model.
 
-The loop knows nothing about DLRM; it asks the workload for a model, a data source and a loss.
-Which workload a run uses is resolved in workloads/registry.py (built-ins, plugins, import paths).
+Subclass it and override hooks, the way a LightningModule is written: `build_model`, `loss` and the
+data (`data_source()`) are required; every other hook has a default that suits most models. The
+loop calls the hooks and nothing else, so mypy checks an override's signature against these.
+
+A batch is whatever the data source produces: any mapping, sequence or dataclass of tensors with a
+leading batch dimension (elastune.data.batch); elastune never looks inside it.
+
+Which workload a run trains is resolved in registry.py (built-ins, plugins, import paths); a
+factory may be the subclass itself (`workload: my_pkg.models:MyWorkload`), called as
+`MyWorkload(cfg, options)`.
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import Protocol, runtime_checkable
+import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
+from pydantic import BaseModel
 from torch import nn
-from torch.nn import functional as F
 
+from elastune.compat import outside_trace
 from elastune.config import RunConfig
-from elastune.data.clicks import NUM_DENSE, Batch, table_sizes
-from elastune.data.criteo import CriteoParquet, CriteoTSV
+from elastune.data.batch import Batch, batch_device, batch_size, example_like
 from elastune.data.source import DataSource
-from elastune.data.synthetic import SyntheticCriteo
-from elastune.data.table import TableSource, table_layout
-from elastune.embeddings.tables import TableSpec, build_tables
-from elastune.workloads.dlrm import DLRM
-from elastune.workloads.quality import LOGLOSS
+from elastune.embeddings.tables import TableSpec
+from elastune.workloads.quality import EVAL_LOSS, QualityMetric
 
-__all__ = ["DLRMWorkload", "Workload"]
+if TYPE_CHECKING:
+    from torchmetrics import Metric
+
+__all__ = ["Workload"]
 
 
-@runtime_checkable
-class Workload(Protocol):
+class Workload:
     """A model family elastune can estimate, train and tune (docs/workloads.md).
 
-    Six members are optional, so they are not part of the protocol's runtime check:
+    Required: `build_model`, `loss`, `data_source`. Declared with defaults:
 
-    * `quality: QualityMetric`: the eval metric the sweep's quality tolerance applies to and its
-      direction, e.g. `QualityMetric("perplexity", "min")`. Default: `logloss`, lower is better.
-    * `evaluate(model, batches) -> dict[str, float]`: eval metrics over the held-out batches (on
-      the run's device, under no_grad and the run's autocast); must hold the `quality` metric.
-      Default: a binary classifier's `logloss`, `auc` and `baseline_logloss` from `predict`.
-    * `loss_weight(batch) -> Tensor | float`: how many terms `loss(batch)` is the mean of, when that
-      is not the number of samples (an LM averages over real tokens). Gradient accumulation weights
-      each micro-batch's loss by it, so micro x accum stays exact. Default: `len(batch)`.
-    * `arrange_step(batch) -> Batch`: the step's samples reordered before the micro-batch split
-      (an LM sorts them by length so that each micro-batch pads less). Default: as read.
-    * `units: str` with `count_units(batch) -> int`: a throughput of the workload's own beside
-      samples/s, over the same timed window (an LM's real tokens). Default: none.
-    * `context: int`: tokens per row of a sequence workload (an LM's context length). A sweep's
-      token budget, `constraints.effective_batch: {tokens: N}`, is N / context samples per step.
-      Default: none (a token budget is refused).
+    * `options_model`: the pydantic model `workload_options` is validated by (None: no options).
+    * `quality`: the eval metric the sweep's quality tolerance applies to, with its direction
+      (default: the eval loss, lower is better).
+    * `units` (+ `count_units`): a throughput of the workload's own beside samples/s (an LM's real
+      tokens). `context`: tokens per row of a sequence workload (a sweep's token budget counts in it).
     """
 
-    table_sizes: tuple[int, ...]  # rows of each sparse feature's table
+    options_model: ClassVar[type[BaseModel] | None] = None
+    quality: QualityMetric = EVAL_LOSS
+    eval_loss_name: str = "loss"  # what the eval loss is called among the metrics (DLRM's: logloss)
+    units: str | None = None
+    context: int | None = None
 
-    def build_model(self) -> nn.Module: ...
+    def __init__(self, cfg: RunConfig, options: Any = None) -> None:
+        self.cfg = cfg
+        self.options = options
 
-    def data_source(self) -> DataSource: ...
+    # -- required ---------------------------------------------------------------------------
+
+    def build_model(self) -> nn.Module:
+        """The model, on the host (the loop moves it to the device)."""
+        raise NotImplementedError(f"{type(self).__name__} must define build_model()")
 
     def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
         """Mean loss of `batch` (a mean, so micro-batch losses average into the step's loss)."""
-        ...
+        raise NotImplementedError(f"{type(self).__name__} must define loss(model, batch)")
 
-    def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Probabilities for `batch`, used by evaluation."""
-        ...
+    def data_source(self) -> DataSource:
+        """Where training and held-out samples come from: a pure function of position
+        (elastune.data.DataSource)."""
+        raise NotImplementedError(f"{type(self).__name__} must define data_source()")
 
-    def example_batch(self, n: int) -> Batch:
-        """A batch of `n` samples of the source's shapes and dtypes (values do not matter): the
-        estimator traces the model on it under fake tensors, so it must allocate with torch
-        factory functions (torch.empty / torch.zeros), not copy real data."""
-        ...
+    # -- evaluation -------------------------------------------------------------------------
 
+    def metrics(self) -> dict[str, Metric]:
+        """Fresh torchmetrics metrics, by name, that `eval_step` updates (default: none; the eval
+        loss is always reported, as `eval_loss_name`)."""
+        return {}
 
-class DLRMWorkload:
-    """DLRM on Criteo-shaped data (synthetic, criteo_tsv, parquet) or on a table source's own
-    columns (`data.source: table`): then its dense width is len(data.schema.dense) and its tables
-    are the source's, one per categorical / multi_hot column, named as the column."""
+    def eval_step(self, model: nn.Module, batch: Batch, metrics: Mapping[str, Metric]) -> torch.Tensor:
+        """One held-out batch, under no_grad: update `metrics` and return the batch's mean loss.
+        The estimator runs it on fake tensors with metrics that record nothing."""
+        return self.loss(model, batch)
 
-    quality = LOGLOSS  # a click model: eval log loss, scored from predict()
+    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
+        """Every eval metric over the held-out batches (on the run's device, under no_grad and the
+        run's autocast): the eval loss (each batch's mean weighted by `loss_weight`) and each of
+        `metrics()`. Must hold the `quality` metric."""
+        metrics = self.metrics()
+        total: torch.Tensor | float = 0.0
+        weight: torch.Tensor | float = 0.0
+        for index, batch in enumerate(batches):
+            if index == 0:
+                for metric in metrics.values():
+                    metric.to(batch_device(batch))  # a Metric is a Module: its state lives where the batches do
+            share = self.loss_weight(batch)
+            total = total + self.eval_step(model, batch, metrics).detach().float() * share
+            weight = weight + share
+        mean = float(total) / float(weight) if float(weight) else math.nan  # one sync, at the end
+        return {self.eval_loss_name: mean, **{name: float(m.compute()) for name, m in metrics.items()}}
 
-    def __init__(self, cfg: RunConfig) -> None:
-        self.cfg = cfg
-        d = cfg.data
-        self._layout = table_layout(d) if d.source == "table" else None
-        criteo = tuple(d.table_rows) if d.table_rows else table_sizes(d.rows_scale)
-        self.table_sizes = self._layout.sizes if self._layout else criteo
-        self.num_dense = self._layout.num_dense if self._layout else NUM_DENSE
-        self.pooling = self._layout.pooling if self._layout else d.pooling
+    # -- the step ----------------------------------------------------------------------------
+
+    def loss_weight(self, batch: Batch) -> torch.Tensor | float:
+        """How many terms `loss(batch)` is the mean of (default: the samples). Gradient
+        accumulation weights each micro-batch's loss by it, so micro x accum stays exact; an LM
+        averages over real tokens, not sequences."""
+        return batch_size(batch)
+
+    def arrange_step(self, batch: Batch) -> Batch:
+        """A step's samples in the order its micro-batches take them (an LM sorts by length so each
+        micro-batch pads less). Default: as read."""
+        return batch
+
+    def count_units(self, batch: Batch) -> int:
+        """The batch's `units` (an LM's real tokens); read only when `units` is set."""
+        return 0
+
+    # -- what the estimator and the strategies see -------------------------------------------
 
     @property
     def tables(self) -> list[TableSpec]:
-        """One table per categorical column, named as the Criteo columns (C1..C26; T1.. for
-        `data.table_rows`; the column's own name for a table source): what `embedding.overrides`
-        match by name."""
-        dim = self.cfg.model.embedding_dim
-        if self._layout is not None:
-            return [TableSpec(name, rows, dim) for name, rows in zip(self._layout.names, self.table_sizes, strict=True)]
-        prefix = "T" if self.cfg.data.table_rows else "C"
-        return [TableSpec(f"{prefix}{i + 1}", rows, dim) for i, rows in enumerate(self.table_sizes)]
+        """The model's embedding tables, by name (what `embedding.overrides` match and `elastune
+        estimate` breaks down). Default: none declared."""
+        return []
 
-    def build_model(self) -> nn.Module:
-        m = self.cfg.model
-        emb = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
-        with warnings.catch_warnings():  # a table source may have no dense column: a 0-wide first layer
-            warnings.filterwarnings("ignore", "Initializing zero-element tensors is a no-op", UserWarning)
-            return DLRM(self.num_dense, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
+    @property
+    def table_sizes(self) -> tuple[int, ...]:
+        """Rows of the table each looked-up feature reads (a table several features share counts
+        once per feature): the layout of `table_ids`."""
+        return tuple(t.rows for t in self.tables for _ in t.looked_up_by)
 
-    def data_source(self) -> DataSource:
-        d = self.cfg.data
-        eval_samples = 0 if d.eval_path else self.cfg.eval.samples
-        if d.source == "synthetic":
-            return SyntheticCriteo(self.table_sizes, zipf_alpha=d.zipf_alpha, pooling=d.pooling, seed=d.seed)
-        if d.source == "table":
-            return TableSource(d, eval_samples=eval_samples, layout=self._layout)
-        reader = CriteoTSV if d.source == "criteo_tsv" else CriteoParquet
-        assert d.path is not None  # RunConfig guarantees it for file sources
-        return reader(
-            d.path,
-            self.table_sizes,
-            eval_path=d.eval_path,
-            eval_samples=eval_samples,
-            skip_malformed=d.skip_malformed,
-            max_document_bytes=d.max_document_bytes,
-        )
-
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        logits = model(batch.dense, batch.sparse)
-        # BCE on logits in fp32: under autocast the logits may be fp16/bf16, and log-sigmoid of a
-        # low-precision logit loses the small probabilities the log loss is most sensitive to.
-        return F.binary_cross_entropy_with_logits(logits.float(), batch.labels)
-
-    def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        return torch.sigmoid(model(batch.dense, batch.sparse).float())
+    def table_ids(self, batch: Batch) -> torch.Tensor | None:
+        """The ids `batch` looks up, [B, tables, ids per bag] (row ids of table f at [:, f]): the
+        estimator counts the distinct rows of a real batch, so the strategies that touch only those
+        are priced at their size. None (default): priced at one row per lookup, the worst case."""
+        return None
 
     def example_batch(self, n: int) -> Batch:
-        return Batch(
-            torch.empty(n, self.num_dense),
-            torch.zeros(n, len(self.table_sizes), self.pooling, dtype=torch.int64),
-            torch.empty(n),
-        )
+        """A batch of `n` samples with the source's structure, shapes and dtypes, made with torch's
+        factory functions: the estimator traces the model on it under fake tensors. Default: shaped
+        like the first training sample (a variable-length value at that sample's length)."""
+        template = getattr(self, "_template", None)
+        if template is None:
+            with outside_trace():  # real data, read outside the estimator's fake tensors
+                template = self._template = self.data_source().read(0, 1)
+        return example_like(template, n)

@@ -1,21 +1,19 @@
 """`workload: lm`: a small decoder-only transformer language model, the second built-in workload.
 
-It is written on the public workload API alone (`TableSpec`, `build_tables`, `QualityMetric`,
-`evaluate`): the vocabulary embedding is a table of the run's strategy, so `embedding.strategy`
+It is written on the public workload API alone (`elastune.Workload`, `TableSpec`, `build_tables`,
+`QualityMetric`): the vocabulary embedding is a table of the run's strategy, so `embedding.strategy`
 (full, half, int8, hashed), the row-wise optimizers and the estimator apply to it as to DLRM's.
 
 Data (`data.source`):
-- `synthetic` (default): `SyntheticText` below, `workload_options.vocab` ids with a learnable rule
+- `synthetic` (default): `SyntheticText` (data/text.py), `workload_options.vocab` ids with a learnable rule
   and log-normal lengths around `workload_options.mean_length`;
 - `text`: your documents (`data.path`, .txt or .jsonl), tokenized by a byte-level BPE trained on
   them to `workload_options.vocab` ids (data/text.py; mean_length is not read). The
   token table has the tokenizer's real size, which a small corpus leaves below the target.
 Other sources (Criteo's, a table's columns) are DLRM's and are refused.
 
-A sequence travels in a `Batch` as
-- sparse: int64 [B, 1, context], the token ids, right-padded with PAD (0);
-- dense: float32 [B, 1], the sequence's real length (its tokens; at least 2);
-- labels: unused (zeros): the targets are the tokens shifted by one.
+A sequence travels in a `TokenBatch` (data/text.py): tokens int64 [B, context] right-padded with
+PAD (0), lengths int64 [B] (at least 2); the targets are the tokens shifted by one.
 
 Knobs (run-config fields a sweep can search):
 - `data.padding: static | dynamic | packed`: attend over the whole context, only up to the longest
@@ -41,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -53,15 +51,14 @@ from torch.utils.checkpoint import checkpoint
 
 from elastune.compat import is_fake, outside_trace
 from elastune.config import RunConfig
-from elastune.data.clicks import Batch
 from elastune.data.source import DataSource
-from elastune.data.text import PAD, TextSource, text_tokenizer
+from elastune.data.text import DEFAULT_VOCAB, PAD, SyntheticText, TextSource, TokenBatch, text_tokenizer
 from elastune.embeddings.tables import TableSpec, build_tables
+from elastune.workloads.base import Workload
 from elastune.workloads.quality import QualityMetric
 
 __all__ = ["PAD", "LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
 
-CHUNK = 1024  # sequences per generated chunk
 SEEN_SEQUENCES = 16_384  # the estimator reads at most this many training sequences' lengths (`seen_shapes`)
 
 
@@ -74,7 +71,7 @@ class LMOptions(BaseModel):
     heads: int = Field(4, ge=1, le=128, description="Attention heads; model.embedding_dim must divide by it.")
     context: int = Field(128, ge=8, le=32768, description="Longest sequence (tokens).")
     vocab: int = Field(
-        4096,
+        DEFAULT_VOCAB,
         ge=16,
         le=2_000_000,
         description="Vocabulary size: of the synthetic text, or the target of data.source=text's tokenizer "
@@ -87,80 +84,6 @@ class LMOptions(BaseModel):
         description="Synthetic text: mean sequence length (log-normal, clipped to context); data.source=text "
         "does not read it.",
     )
-
-
-class SyntheticText:
-    """Token sequences with a realistic length spread and a learnable structure (implements
-    DataSource): lengths are log-normal around `mean_length` (sigma 0.8, as documents are),
-    clipped to [2, context]; a token follows its predecessor by a fixed rule (t -> 7t + 3 mod V)
-    with probability 0.6, else is drawn Zipf-skewed. A pure function of position: sequence k comes
-    from chunk k // CHUNK, seeded by (seed, split, chunk)."""
-
-    pooling: int
-
-    def __init__(self, vocab: int, context: int, mean_length: float, seed: int = 0) -> None:
-        self.vocab, self.context, self.mean_length, self.seed = vocab, context, mean_length, seed
-        self.table_sizes: tuple[int, ...] = (vocab,)
-        self.pooling = context
-        ranks = np.arange(1, vocab, dtype=np.float64)  # id 0 is PAD, never a token
-        self._zipf = ranks**-1.1 / (ranks**-1.1).sum()
-        self._recent: dict[tuple[int, int], Batch] = {}
-
-    def read(self, start: int, n: int) -> Batch:
-        return self._read(0, start, n)
-
-    def eval_batches(self, n: int, batch_size: int) -> Iterator[Batch]:
-        for start in range(0, n, batch_size):
-            yield self._read(1, start, min(batch_size, n - start))
-
-    def _read(self, split: int, start: int, n: int) -> Batch:
-        if start < 0 or n < 0:
-            raise ValueError(f"read(start={start}, n={n}): start and n must be >= 0")
-        parts = []
-        for index in range(start // CHUNK, (start + n - 1) // CHUNK + 1) if n else ():
-            lo, hi = max(start - index * CHUNK, 0), min(start + n - index * CHUNK, CHUNK)
-            parts.append(self._chunk(split, index).slice(lo, hi))
-        if not parts:
-            return Batch(torch.zeros(0, 1), torch.zeros(0, 1, self.context, dtype=torch.int64), torch.zeros(0))
-        return Batch(*(torch.cat([getattr(p, f) for p in parts]) for f in ("dense", "sparse", "labels")))
-
-    def _chunk(self, split: int, index: int) -> Batch:
-        key = (split, index)
-        if key not in self._recent:
-            if len(self._recent) >= 4:
-                self._recent.pop(next(iter(self._recent)))
-            self._recent[key] = self._generate(split, index)
-        return self._recent[key]
-
-    def lengths(self, start: int, n: int) -> np.ndarray:
-        """The lengths of training sequences [start, start + n), without generating their tokens."""
-        first, last = start // CHUNK, (start + n - 1) // CHUNK
-        drawn = np.concatenate(
-            [self._draw_lengths(np.random.default_rng([self.seed, 0, i])) for i in range(first, last + 1)]
-        )
-        return drawn[start - first * CHUNK : start - first * CHUNK + n]
-
-    def _draw_lengths(self, rng: np.random.Generator) -> np.ndarray:
-        sigma = 0.8
-        mu = math.log(self.mean_length) - sigma**2 / 2  # the log-normal's mean is mean_length
-        return np.clip(np.rint(rng.lognormal(mu, sigma, CHUNK)), 2, self.context).astype(np.int64)
-
-    def _generate(self, split: int, index: int) -> Batch:
-        rng = np.random.default_rng([self.seed, split, index])
-        lengths = self._draw_lengths(rng)  # first from the chunk's generator: `lengths` draws the same
-        drawn = rng.choice(self.vocab - 1, (CHUNK, self.context), p=self._zipf) + 1
-        follow = rng.random((CHUNK, self.context)) < 0.6
-        tokens = np.empty((CHUNK, self.context), dtype=np.int64)
-        tokens[:, 0] = drawn[:, 0]
-        for t in range(1, self.context):  # one column at a time: each token may follow the last
-            rule = (tokens[:, t - 1] * 7 + 3) % (self.vocab - 1) + 1
-            tokens[:, t] = np.where(follow[:, t], rule, drawn[:, t])
-        tokens[np.arange(self.context)[None, :] >= lengths[:, None]] = PAD
-        return Batch(
-            torch.from_numpy(lengths.astype(np.float32)[:, None]),
-            torch.from_numpy(tokens[:, None, :]),
-            torch.zeros(CHUNK),
-        )
 
 
 def first_fit(lengths: Sequence[int], context: int) -> tuple[list[int], list[int], int]:
@@ -183,11 +106,9 @@ def seen_shapes(cfg_json: str) -> tuple[tuple[int, int, int], ...]:
     sequence, the rows it packs into), the most of each over the micro-batches of the run's first
     steps (up to SEEN_SEQUENCES sequences, arranged and split as the loop does; one rank's view)
     and over every evaluation batch. Reads lengths only where the source can (synthetic text)."""
-    from elastune.workloads import build_workload  # the registry imports this module
-
     cfg = RunConfig.model_validate_json(cfg_json)
-    workload = build_workload(cfg)
-    context = cast(LMWorkload, workload).options.context
+    workload = LMWorkload(cfg, LMOptions.model_validate(cfg.workload_options))
+    context = workload.options.context
     source = workload.data_source()
     seen: dict[int, tuple[int, int]] = {}
 
@@ -203,7 +124,7 @@ def seen_shapes(cfg_json: str) -> tuple[tuple[int, int, int], ...]:
         for start in range(0, len(lengths), micro):
             see(lengths[start : start + micro])
     for batch in source.eval_batches(cfg.eval.samples, cfg.eval.batch or micro):
-        see([int(n) for n in batch.dense[:, 0].tolist()])
+        see([int(n) for n in batch.lengths.tolist()])
     return tuple((size, longest, rows) for size, (longest, rows) in sorted(seen.items()))
 
 
@@ -211,7 +132,8 @@ def _lengths(source: DataSource, start: int, n: int) -> np.ndarray:
     """Real lengths of the training sequences [start, start + n)."""
     if isinstance(source, SyntheticText):
         return source.lengths(start, n)
-    return source.read(start, n).dense[:, 0].numpy()
+    batch: TokenBatch = source.read(start, n)
+    return batch.lengths.numpy()
 
 
 class Block(nn.Module):
@@ -286,21 +208,22 @@ class TransformerLM(nn.Module):
         return cast(torch.Tensor, self.norm(x) @ self.output_weight().T.to(x.dtype))
 
 
-class LMWorkload:
+class LMWorkload(Workload):
     quality = QualityMetric("perplexity", "min")
     units = "tokens"  # throughput in real tokens/s beside sequences/s
+    options: LMOptions
 
-    def count_units(self, batch: Batch) -> int:
+    def count_units(self, batch: TokenBatch) -> int:
         """The batch's real tokens (padding excluded), read from the lengths on the host."""
-        return int(batch.dense.sum())
+        return int(batch.lengths.sum())
 
-    def loss_weight(self, batch: Batch) -> torch.Tensor:
+    def loss_weight(self, batch: TokenBatch) -> torch.Tensor:
         """The batch's next-token targets (a sequence of n real tokens has n - 1), what `loss`
         averages over: micro-batches are weighted by it, so micro x accum is exact."""
-        return (batch.dense[:, 0] - 1).clamp(min=0).sum()
+        return (batch.lengths - 1).clamp(min=0).sum()
 
     def __init__(self, cfg: RunConfig, options: LMOptions) -> None:
-        self.cfg, self.options = cfg, options
+        super().__init__(cfg, options)
         self.context = options.context  # tokens per row: a sweep's token budget counts in it
         width = cfg.model.embedding_dim
         if width % options.heads:
@@ -327,8 +250,11 @@ class LMWorkload:
         self.vocab = options.vocab
         if cfg.data.source == "text":
             self.vocab = text_tokenizer(cfg.data, options.vocab, self._eval_samples).get_vocab_size()
-        self.tables = [TableSpec("tokens", self.vocab, width)]
-        self.table_sizes: tuple[int, ...] = (self.vocab,)
+        self._tables = [TableSpec("tokens", self.vocab, width)]
+
+    @property
+    def tables(self) -> list[TableSpec]:
+        return self._tables
 
     @property
     def _eval_samples(self) -> int:
@@ -354,21 +280,21 @@ class LMWorkload:
             return TextSource(d, vocab=o.vocab, context=o.context, eval_samples=self._eval_samples)
         return SyntheticText(o.vocab, o.context, min(o.mean_length, o.context), seed=d.seed)
 
-    def arrange_step(self, batch: Batch) -> Batch:
+    def arrange_step(self, batch: TokenBatch) -> TokenBatch:
         """A step's sequences in the order its micro-batches take them: by length under
         `data.bucket_by_length` (stable), so a micro-batch's longest sequence is close to its others.
         Any order gives the step the same gradient (micro-batches are weighted by their targets)."""
         if not self.cfg.data.bucket_by_length or len(batch) < 2:
             return batch
-        order = torch.argsort(batch.dense[:, 0], stable=True)
-        return Batch(batch.dense[order], batch.sparse[order], batch.labels[order])
+        order = torch.argsort(batch.lengths, stable=True)
+        return TokenBatch(batch.tokens[order], batch.lengths[order])
 
-    def _tokens(self, batch: Batch) -> torch.Tensor:
+    def _tokens(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T]: under dynamic padding only up to the micro-batch's longest sequence (a traced,
         fake batch has no lengths: the longest the run's data shows, `_priced`)."""
-        tokens = batch.sparse[:, 0, :]
+        tokens = batch.tokens
         if self.cfg.data.padding == "dynamic" and len(batch):
-            longest = self._priced(len(batch))[0] if is_fake(batch.dense) else int(batch.dense.max())
+            longest = self._priced(len(batch))[0] if is_fake(batch.lengths) else int(batch.lengths.max())
             tokens = tokens[:, :longest]
         return tokens
 
@@ -379,11 +305,11 @@ class LMWorkload:
             seen = dict((size, (longest, rows)) for size, longest, rows in seen_shapes(self.cfg.model_dump_json()))
         return seen.get(n, (self.options.context, n))
 
-    def _token_losses(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _token_losses(self, model: nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed next-token loss over real tokens, count of real targets)."""
         if self.cfg.data.padding == "packed" and len(batch):
-            if is_fake(batch.dense):  # the estimator's trace: the most rows the run's data packs into
-                tokens = batch.sparse[: self._priced(len(batch))[1], 0, :]
+            if is_fake(batch.lengths):  # the estimator's trace: the most rows the run's data packs into
+                tokens = batch.tokens[: self._priced(len(batch))[1]]
                 segments, positions = torch.zeros_like(tokens), torch.zeros_like(tokens)
             else:
                 tokens, segments, positions = self.pack(batch)
@@ -401,7 +327,7 @@ class LMWorkload:
         losses = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
         return (losses.view_as(targets) * real).sum(), real.sum()
 
-    def pack(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def pack(self, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The micro-batch's documents laid end to end in rows of the context length: (tokens,
         document of each token (-1: padding), position in its document), each [rows, context].
 
@@ -409,10 +335,10 @@ class LMWorkload:
         target at the cut, so packing would change the loss): each goes whole into the first row
         with room for it (first fit, in order). Fewer rows than sequences when they are short."""
         context = self.options.context
-        lengths = batch.dense[:, 0].long()
+        lengths = batch.lengths
         row_of, col_of, rows = first_fit(lengths.tolist(), context)  # the lengths on the host: one sync
-        device = batch.sparse.device
-        tokens = batch.sparse[:, 0, :]
+        device = batch.tokens.device
+        tokens = batch.tokens
         document = torch.repeat_interleave(torch.arange(len(batch), device=device), lengths)
         position = torch.arange(len(document), device=device) - torch.repeat_interleave(
             torch.cumsum(lengths, 0) - lengths, lengths
@@ -427,26 +353,29 @@ class LMWorkload:
         positions[where] = position
         return packed.view(rows, context), segments.view(rows, context), positions.view(rows, context)
 
-    def loss(self, model: nn.Module, batch: Batch) -> torch.Tensor:
+    def loss(self, model: nn.Module, batch: TokenBatch) -> torch.Tensor:
         total, count = self._token_losses(model, batch)
         return total / count.clamp(min=1.0)
 
-    def predict(self, model: nn.Module, batch: Batch) -> torch.Tensor:
-        """Each sequence's mean next-token probability of its real tokens (not a click probability)."""
-        total, count = self._token_losses(model, batch)
-        return torch.exp(-total / count.clamp(min=1.0)).expand(len(batch))
+    def evaluate(self, model: nn.Module, batches: Iterable[TokenBatch]) -> dict[str, float]:
+        """The eval loss over real next-token targets (batches weighted by them), its perplexity,
+        exp(loss), the quality metric, and how many targets it is over (`tokens`)."""
+        targets = torch.zeros(())
 
-    def evaluate(self, model: nn.Module, batches: Iterable[Batch]) -> dict[str, float]:
-        total = count = 0.0
-        for batch in batches:
-            loss, n = self._token_losses(model, batch)
-            total, count = total + float(loss), count + float(n)
-        mean = total / max(count, 1.0)
-        return {"loss": mean, "perplexity": math.exp(min(mean, 50.0)), "tokens": count}
+        def counted(stream: Iterable[TokenBatch]) -> Iterable[TokenBatch]:
+            nonlocal targets
+            for batch in stream:
+                targets = targets + self.loss_weight(batch).cpu()
+                yield batch
 
-    def example_batch(self, n: int) -> Batch:
-        context = self.options.context
-        return Batch(torch.empty(n, 1), torch.zeros(n, 1, context, dtype=torch.int64), torch.empty(n))
+        out = super().evaluate(model, counted(batches))
+        return {**out, "perplexity": math.exp(min(out["loss"], 50.0)), "tokens": float(targets)}
+
+    def table_ids(self, batch: TokenBatch) -> torch.Tensor:
+        return batch.tokens[:, None, :]
+
+    def example_batch(self, n: int) -> TokenBatch:
+        return TokenBatch(torch.zeros(n, self.options.context, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
 
 
 def make_lm(cfg: RunConfig, options: LMOptions) -> LMWorkload:

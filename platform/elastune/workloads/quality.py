@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["LOGLOSS", "Direction", "QualityMetric", "quality_of"]
+__all__ = ["EVAL_LOSS", "LOGLOSS", "Direction", "QualityMetric", "quality_of"]
 
 Direction = Literal["min", "max"]
 
@@ -54,11 +54,12 @@ class QualityMetric:
 
 
 LOGLOSS = QualityMetric("logloss", "min")
+EVAL_LOSS = QualityMetric("loss", "min")  # a workload's default: its eval loss, lower is better
 
 
 def quality_of(workload: Any) -> QualityMetric:
     """The metric `workload` declares in its `quality` attribute; eval log loss (lower is better)
-    for a workload that declares none."""
+    for a workload of the old protocol that declares none (it was scored from `predict`)."""
     metric = getattr(workload, "quality", None)
     if metric is None:
         return LOGLOSS

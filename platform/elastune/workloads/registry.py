@@ -7,9 +7,11 @@
 - an import path `package.module:factory`, for a workload that is not packaged (the module must be
   importable where the run happens: on every Ray node for a sweep, see the README).
 
-A factory is called as `factory(cfg, options)` and returns a `Workload`. It may declare its own
-options as a pydantic model in an `options_model` attribute; `workload_options` in the run config
-is validated by it (no model: no options accepted). Every failure to find, build or validate a
+A factory is called as `factory(cfg, options)` and returns a `Workload` (a `Workload` subclass is
+its own factory). It may declare its own options as a pydantic model in an `options_model`
+attribute; `workload_options` in the run config is validated by it (no model: no options
+accepted). An object of the protocol before `elastune.Workload` still works, for a release, with
+a DeprecationWarning (workloads/legacy.py). Every failure to find, build or validate a
 workload is a `WorkloadError` naming the field and the fix, which `validate.py` reports as a config
 problem before anything runs.
 """
@@ -24,7 +26,9 @@ from typing import Any, Protocol, cast
 from pydantic import BaseModel, ValidationError
 
 from elastune.config import RunConfig
-from elastune.workloads.base import DLRMWorkload, Workload
+from elastune.workloads.base import Workload
+from elastune.workloads.dlrm import DLRMWorkload
+from elastune.workloads.legacy import REQUIRED, adopt
 from elastune.workloads.lm import LMOptions, lm_only_settings, make_lm
 from elastune.workloads.quality import quality_of
 
@@ -121,20 +125,20 @@ def build_workload(cfg: RunConfig) -> Workload:
         raise WorkloadError(
             "workload", cfg.workload, f"its factory raised {type(exc).__name__}: {exc}; fix the workload or its options"
         ) from exc
-    if not isinstance(workload, Workload):
-        missing = [m for m in ("table_sizes", "build_model", "data_source", "loss", "predict", "example_batch")
-                   if not hasattr(workload, m)]  # fmt: skip
+    adopted = adopt(workload)
+    if adopted is None:
+        missing = [m for m in REQUIRED if not hasattr(workload, m)]
         raise WorkloadError(
             "workload",
             cfg.workload,
-            f"its factory returned {type(workload).__name__}, not a Workload (missing: {', '.join(missing)}); "
-            "see docs/workloads.md",
+            f"its factory returned {type(workload).__name__}, not an elastune.Workload (an old-protocol object "
+            f"would need: {', '.join(missing)}); subclass elastune.Workload, see docs/workloads.md",
         )
     try:
-        quality_of(workload)
+        quality_of(adopted)
     except TypeError as exc:
         raise WorkloadError("workload", cfg.workload, str(exc)) from None
-    return workload
+    return adopted
 
 
 def _options(factory: WorkloadFactory, cfg: RunConfig) -> BaseModel | None:

@@ -65,7 +65,7 @@ def test_a_sweep_trains_on_a_table_and_logs_its_vocabulary(
     assert record.status == "finished"
     ran = [t for t in record.trials if t.trial_id != "reference"]
     assert sorted(t.status for t in ran) == ["ok", "ok"], [(t.status, t.error) for t in record.trials]
-    assert all(t.val_auc is not None and t.val_auc > 0 for t in ran)
+    assert all(t.metrics["auc"] is not None and t.metrics["auc"] > 0 for t in ran)
 
     client = MlflowClient(uri)
     assert record.mlflow_run_id is not None
