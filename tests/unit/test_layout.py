@@ -69,3 +69,14 @@ def test_the_library_never_imports_the_ui_or_the_job_entry_points() -> None:
             if any(n.split(".")[:2] in (["elastune", "ui"], ["elastune", "jobs"]) for n in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
+
+
+def test_the_training_loop_reads_top_to_bottom_in_under_80_lines() -> None:
+    """`train` is the one function a reader follows from set-up to result; what it delegates (the
+    throughput windows, building, reporting, the result) lives in helpers with names."""
+    import inspect
+
+    from elastune.training.loop import train
+
+    lines, _ = inspect.getsourcelines(inspect.unwrap(train))
+    assert len(lines) < 80, f"training/loop.py's train is {len(lines)} lines"

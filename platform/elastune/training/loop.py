@@ -4,13 +4,13 @@ set-up -> build (inside the measured memory window) -> steps (data, micro-steps,
 recovery) -> measure -> evaluate -> result.
 
 Numbers that matter are computed once: effective batch = micro x accum; samples/s counts the
-steps after warm-up, data generation included, because that is what a user waits for.
+steps after warm-up, data generation included, because that is what a user waits for (its windows,
+and the time reports take, are training/throughput.py's).
 """
 
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,14 +24,16 @@ from elastune.data.batch import Batch, to_device
 from elastune.errors import OutOfMemory
 from elastune.training.batches import step_batches
 from elastune.training.checkpoint import LoopState, check_checkpoint, load_checkpoint, save_checkpoint
+from elastune.training.metrics import evaluate_workload
 from elastune.training.oom import is_oom, shrink
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for, check_precision, grad_scaler, resolve_device
 from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.step import forward_backward
-from elastune.workloads import build_workload
+from elastune.training.throughput import Measured, Throughput, warm_up_windows
+from elastune.workloads import Workload, build_workload
 
-__all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime"]
+__all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime", "warm_up_windows"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -141,85 +143,46 @@ def train(
     # -- set-up: refuse what cannot run before anything is built
     device = resolve_device(cfg.device)
     check_precision(cfg.precision, device)
-    # checkpoint.path: a file in a writable folder; one to resume from (or to overwrite) must be an
-    # elastune checkpoint. Checked now, not when it is read or written after the model is built.
-    writes = parallel is None or parallel.rank == 0  # ranks hold the same weights: rank 0 writes
-    check_checkpoint(cfg.checkpoint, cfg.to_dict(), writes=writes)
-    from elastune.training.metrics import evaluate_workload
-
+    rank, world = (0, 1) if parallel is None else (parallel.rank, parallel.world_size)
+    # checkpoint.path must be usable before anything is built; ranks hold the same weights: rank 0 writes
+    check_checkpoint(cfg.checkpoint, cfg.to_dict(), writes=rank == 0)
     torch.manual_seed(cfg.seed)
     workload = build_workload(cfg)
     autocast = autocast_for(cfg.precision, device)
     probe = probe or probe_for(device)
     warm_up_runtime(device)
-    # The data stream is opened before the baseline: opening it is set-up, not training (the
-    # synthetic stream calibrates its teacher on 32k samples, a one-off 24-70 MiB of temporaries
-    # that the pinned heap would keep resident and count as this config's peak). What it holds
-    # afterwards (the last chunks) is small; what each read generates is in the peak.
+    # opened before the baseline: set-up, not training (the synthetic stream's one-off calibration
+    # temporaries, 24-70 MiB, would stay resident in the pinned heap and count as this config's peak)
     source = workload.data_source()
     probe.reset()  # the baseline: everything from here on is this run's memory
 
-    # -- build: model, optimizers, scaler; maybe resume
-    model = workload.build_model().to(device)
-    opts = Optimizers(model, cfg.optimizer)
-    scaler = grad_scaler(cfg.precision, device)
-    state = LoopState(micro=cfg.batch.micro, accum=cfg.batch.accum)
-    ckpt = cfg.checkpoint
-    if ckpt.resume and ckpt.path is not None and ckpt.path.is_file():
-        state = load_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, config=cfg.to_dict())
+    # -- build: model, optimizers, scaler (the plain model: optimizers, eval, checkpoints); maybe resume
+    model, opts, scaler, state = _build(cfg, workload, device)
     effective = state.micro * state.accum  # fixed for the run; OOM recovery only re-splits it
     model.train()
-    # Data parallel: forward/backward go through the wrapper, which averages gradients over the
-    # group in backward; the optimizers, evaluation and checkpoints use the plain module.
-    runner = model if parallel is None else parallel.wrap(model)
-    rank, world = (0, 1) if parallel is None else (parallel.rank, parallel.world_size)
+    runner = model if parallel is None else parallel.wrap(model)  # averages gradients over a DDP group
     if boundary is not None:
         _at_boundary(boundary, state, model, effective)  # the grant may be short of this shape already
 
-    # -- steps
-    timed_from: tuple[float, int] | None = None
-    window: tuple[float, int, int] | None = None  # the open timed window's start (time, samples, units)
-    windows: list[Window] = []  # the closed ones
-    window_steps = 0
-    counts_units = workload.units is not None  # e.g. an LM's real tokens (padding excluded)
-    timed_units = 0
-    batches = step_batches(
-        source,
-        cfg.data,
-        done=state.samples,
-        steps=max(cfg.steps - state.step, 0),
-        effective=effective,
-        rank=rank,
-        world=world,
-    )
+    # -- steps: each rank reads its own contiguous share of the group's step (training/batches.py)
+    timed = Throughput(progress_every, device, counts_units=workload.units is not None, warmup_steps=cfg.warmup_steps)
+    batches = step_batches(source, cfg.data, done=state.samples, steps=max(cfg.steps - state.step, 0),
+                           effective=effective, rank=rank, world=world)  # fmt: skip
+    losses = _Losses(device)
     batch: Batch | None = None  # this step's, kept until the step succeeds (an OOM retry redoes it)
-    loss_sum, loss_steps, last_loss = torch.zeros((), device=device), 0, float("nan")
     while state.step < cfg.steps:
-        if timed_from is None and state.step >= cfg.warmup_steps:
-            timed_from = (time.perf_counter(), state.samples)
-            window = (*timed_from, timed_units)
-        # data: this step's samples (training/batches.py), read once, so a retry after OOM redoes
-        # exactly them; each rank reads its own contiguous share of the group's step
-        if batch is None:
+        timed.step_begins(state.step, state.samples)
+        if batch is None:  # read once: a retry after OOM redoes exactly these samples
             host = next(batches)
-            units = workload.count_units(host) if counts_units and timed_from is not None else 0
-            # arrange_step: e.g. an LM's sequences sorted by length, so a micro-batch pads less
-            batch = to_device(workload.arrange_step(host), device, non_blocking=True)
-        before_micro = None if fault is None else functools.partial(fault, state.step)
+            units = workload.count_units(host) if timed.counts_units and timed.started else 0
+            batch = to_device(workload.arrange_step(host), device, non_blocking=True)  # e.g. sorted by length
         try:
-            step_loss = forward_backward(runner, workload, batch, state.micro, autocast, scaler, before_micro)
+            hook = None if fault is None else functools.partial(fault, state.step)
+            step_loss = forward_backward(runner, workload, batch, state.micro, autocast, scaler, hook)
             if boundary is not None:
                 boundary.check(state)  # over its device-memory grant: an OOM like any other, recovered below
         except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError
-            if not is_oom(exc):
-                raise
-            if parallel is not None:
-                # One rank cannot re-split alone: the others would wait for it in the all-reduce.
-                raise OutOfMemory(
-                    f"out of memory at batch.micro={state.micro} in data-parallel rank {rank}: {exc}; "
-                    "a worker group does not re-split the batch, so lower batch.micro or the memory use"
-                ) from exc
-            _recover_from_oom(state, opts, device, exc)
+            _recover_from_oom(state, opts, device, exc, parallel)
             continue
         # update: the only place parameters change
         opts.step(scaler)
@@ -227,60 +190,88 @@ def train(
         batch = None
         state.step += 1
         state.samples += effective
-        timed_units += units
-        if window is not None:
-            window_steps += 1
-            if window_steps == progress_every:
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)  # the window's kernels, not only their launches
-                now = time.perf_counter()
-                windows.append(Window(state.samples - window[1], now - window[0], timed_units - window[2]))
-                window, window_steps = (now, state.samples, timed_units), 0
-        loss_sum += step_loss
-        loss_steps += 1
+        timed.stepped(state.samples, units)
+        losses.add(step_loss)
         if boundary is not None:
             _at_boundary(boundary, state, model, effective)  # the device's memory may have been re-shared
         if on_progress is not None and (state.step % progress_every == 0 or state.step == cfg.steps):
-            last_loss = float(loss_sum) / loss_steps  # a CPU-GPU sync, once per report
-            loss_sum.zero_()
-            loss_steps = 0
-            reporting = time.perf_counter()
-            on_progress(Progress(state.step, cfg.steps, state.samples, last_loss, _rate(timed_from, state)))
-            if timed_from is not None:
-                # A report is the tuner's time, not the config's: leave it out of the timed window (a
-                # worker group's report waits for its Ray Train controller's next poll).
-                paused = time.perf_counter() - reporting
-                timed_from = (timed_from[0] + paused, timed_from[1])
-                window = (window[0] + paused, *window[1:]) if window is not None else None
-        if ckpt.every and ckpt.path is not None and rank == 0 and state.step % ckpt.every == 0:
-            save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # queued kernels belong to the timed window
-    samples_per_s = _rate(timed_from, state) or 0.0
-    elapsed = time.perf_counter() - timed_from[0] if timed_from else 0.0
-    timed_seconds = (state.samples - timed_from[1]) / samples_per_s if timed_from and samples_per_s else 0.0
-    units_per_s = timed_units / timed_seconds if counts_units and timed_seconds else None
-    warmup = warm_up_windows([w.rate for w in windows])
-    if warmup:  # the run was still warming up after warmup_steps: its steady windows alone count
-        steady = windows[warmup:]
-        seconds = sum(w.seconds for w in steady)
-        samples_per_s = sum(w.samples for w in steady) / seconds
-        units_per_s = sum(w.units for w in steady) / seconds if counts_units else None
-    if loss_steps:
-        last_loss = float(loss_sum) / loss_steps
-    if ckpt.path is not None and rank == 0:  # ranks hold the same weights: one writer
-        save_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
+            _report(on_progress, state, cfg.steps, losses, timed)
+        if cfg.checkpoint.every and rank == 0 and state.step % cfg.checkpoint.every == 0:
+            _save(cfg, model, opts, scaler, state)
+    measured = timed.finish(state.samples)
+    if rank == 0:  # ranks hold the same weights: one writer
+        _save(cfg, model, opts, scaler, state)
 
     # -- evaluate, then measure: eval runs at the micro-batch size, inside the memory window
     model.eval()
-    eval_batch = cfg.eval.batch or state.micro
+    held_out = source.eval_batches(cfg.eval.samples, cfg.eval.batch or state.micro)
     with autocast():
-        metrics = evaluate_workload(workload, model, source.eval_batches(cfg.eval.samples, eval_batch), device)
-    quality = workload.quality
-    peak: MemoryPeak = probe.peak()
+        metrics = evaluate_workload(workload, model, held_out, device)
+    return _result(cfg, workload, state, measured, losses.mean(), metrics, probe.peak(), device)
 
+
+def _build(
+    cfg: RunConfig, workload: Workload, device: torch.device
+) -> tuple[nn.Module, Optimizers, torch.amp.GradScaler, LoopState]:
+    """The model on its device, its optimizers, the scaler and the loop state: new, or resumed
+    from checkpoint.path."""
+    model = workload.build_model().to(device)
+    opts = Optimizers(model, cfg.optimizer)
+    scaler = grad_scaler(cfg.precision, device)
+    state = LoopState(micro=cfg.batch.micro, accum=cfg.batch.accum)
+    ckpt = cfg.checkpoint
+    if ckpt.resume and ckpt.path is not None and ckpt.path.is_file():
+        state = load_checkpoint(ckpt.path, model=model, opts=opts, scaler=scaler, config=cfg.to_dict())
+    return model, opts, scaler, state
+
+
+class _Losses:
+    """The training loss since the last report, summed on the device (a CPU-GPU sync only when a
+    report reads it)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.total, self.steps, self.last = torch.zeros((), device=device), 0, float("nan")
+
+    def add(self, step_loss: torch.Tensor) -> None:
+        self.total += step_loss
+        self.steps += 1
+
+    def mean(self) -> float:
+        """The mean since the last call (the last mean if no step came since)."""
+        if self.steps:
+            self.last = float(self.total) / self.steps  # a CPU-GPU sync, once per report
+            self.total.zero_()
+            self.steps = 0
+        return self.last
+
+
+def _report(
+    on_progress: Callable[[Progress], None], state: LoopState, steps: int, losses: _Losses, timed: Throughput
+) -> None:
+    reporting = time.perf_counter()
+    on_progress(Progress(state.step, steps, state.samples, losses.mean(), timed.rate(state.samples)))
+    # A report is the tuner's time, not the config's: leave it out of the timed stretch.
+    timed.paused(time.perf_counter() - reporting)
+
+
+def _save(cfg: RunConfig, model: nn.Module, opts: Optimizers, scaler: torch.amp.GradScaler, state: LoopState) -> None:
+    if cfg.checkpoint.path is not None:
+        save_checkpoint(cfg.checkpoint.path, model=model, opts=opts, scaler=scaler, state=state, config=cfg.to_dict())
+
+
+def _result(
+    cfg: RunConfig,
+    workload: Workload,
+    state: LoopState,
+    measured: Measured,
+    train_loss: float,
+    metrics: dict[str, float],
+    peak: MemoryPeak,
+    device: torch.device,
+) -> TrainResult:
+    quality = workload.quality
     return TrainResult(
-        samples_per_s=samples_per_s,
+        samples_per_s=measured.samples_per_s,
         peak_memory_bytes=peak.peak_bytes,
         peak_memory_kind=peak.kind,
         peak_allocated_bytes=peak.allocated_bytes,
@@ -289,25 +280,36 @@ def train(
         quality_metric=quality.name,
         quality_direction=quality.direction,
         quality=metrics[quality.name],
-        units_per_s=units_per_s,
+        units_per_s=measured.units_per_s,
         units=workload.units,
-        train_loss=last_loss,
+        train_loss=train_loss,
         steps=state.step,
         samples=state.samples,
         micro_batch=state.micro,
         accum=state.accum,
-        effective_batch=effective,
+        effective_batch=state.micro * state.accum,
         oom_retries=state.oom_retries,
         device=str(device),
-        elapsed_s=elapsed,
+        elapsed_s=measured.elapsed_s,
         config=cfg.to_dict(),
-        window_samples_per_s=[w.rate for w in windows],
-        warmup_windows=warmup,
+        window_samples_per_s=measured.window_rates,
+        warmup_windows=measured.warmup_windows,
     )
 
 
-def _recover_from_oom(state: LoopState, opts: Optimizers, device: torch.device, exc: BaseException) -> None:
-    """Drop the step's partial gradients, halve the micro-batch, double accumulation."""
+def _recover_from_oom(
+    state: LoopState, opts: Optimizers, device: torch.device, exc: RuntimeError, parallel: DataParallel | None
+) -> None:
+    """Drop the step's partial gradients, halve the micro-batch, double accumulation. Anything but
+    an OOM is raised again; so is an OOM in a data-parallel group."""
+    if not is_oom(exc):
+        raise exc
+    if parallel is not None:
+        # One rank cannot re-split alone: the others would wait for it in the all-reduce.
+        raise OutOfMemory(
+            f"out of memory at batch.micro={state.micro} in data-parallel rank {parallel.rank}: {exc}; "
+            "a worker group does not re-split the batch, so lower batch.micro or the memory use"
+        ) from exc
     opts.zero_grad()
     if device.type == "cuda":
         torch.cuda.empty_cache()  # hand the failed step's cached blocks back before retrying
@@ -325,44 +327,6 @@ def _at_boundary(boundary: StepBoundary, state: LoopState, model: nn.Module, eff
     boundary.at_boundary(state, model)
     if state.micro * state.accum != effective:
         raise RuntimeError(f"a step boundary changed the effective batch {effective} to {state.micro}x{state.accum}")
-
-
-@dataclass(frozen=True)
-class Window:
-    """A timed window: progress_every steps (the reports' time left out)."""
-
-    samples: int
-    seconds: float
-    units: int  # the workload's own units (an LM's real tokens), 0 where it counts none
-
-    @property
-    def rate(self) -> float:
-        return self.samples / self.seconds if self.seconds > 0 else 0.0
-
-
-WARM_UP_SHORTFALL = 0.10  # a leading window this much slower than the steady rate is still warming up
-
-
-def warm_up_windows(rates: list[float]) -> int:
-    """How many leading windows were still warming up: those slower than (1 - WARM_UP_SHORTFALL)
-    times the steady rate (the median of the second half of the windows), at most half of them.
-    `warmup_steps` is a guess made before the run; the windows show where the rate settled (a heap
-    still growing, kernels still being picked, caches filling). Fewer than four windows: none,
-    too few to tell a warm-up from noise."""
-    if len(rates) < 4:
-        return 0
-    steady = statistics.median(rates[len(rates) // 2 :])
-    count = 0
-    while count < len(rates) // 2 and rates[count] < (1 - WARM_UP_SHORTFALL) * steady:
-        count += 1
-    return count
-
-
-def _rate(timed_from: tuple[float, int] | None, state: LoopState) -> float | None:
-    if timed_from is None:
-        return None
-    seconds = time.perf_counter() - timed_from[0]
-    return (state.samples - timed_from[1]) / seconds if seconds > 0 else None
 
 
 def warm_up_runtime(device: torch.device) -> None:
