@@ -65,15 +65,23 @@ def test_the_stream_is_a_pure_function_of_position() -> None:
     assert not torch.equal(train_ids, eval_ids)  # the held-out stream is its own draw
 
 
-def test_it_trains_beats_popularity_and_is_estimated(capsys: pytest.CaptureFixture[str]) -> None:
+def test_it_trains_beats_popularity_and_is_estimated() -> None:
     """The default scale (300k users: a 19 MB user table), 60 steps: recall@10 over the catalogue
     well above what recommending the 10 most popular movies gets, and a prediction of its peak.
     How close the prediction comes is a memory goal, so a benchmark measures it (max of three
     fresh runs per config): `python bench/estimator.py --suite two_tower`; here only that the
-    estimator priced this model's tables and step at all (within 25% of one run)."""
+    estimator priced this model's tables and step at all (within 25% of one run). The run is a
+    fresh process, as in the benchmark: on CPU the peak is the resident-memory high-water mark, and
+    a second run in a long-lived process (a test worker) measures the first run's heap leftovers too."""
     sets = ["workload=two_tower", "steps=60", "warmup_steps=10", "eval.samples=8192"]
-    assert main(["train", "--format", "json", *_sets(*sets)]) == 0
-    result = json.loads(capsys.readouterr().out)
+    run = subprocess.run(
+        [sys.executable, "-m", "elastune.cli", "train", "--format", "json", *_sets(*sets)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
     assert (result["quality_metric"], result["quality_direction"]) == ("recall_at_10", "max")
     workload = build_workload(load_run_config(None, sets))
     source = workload.data_source()
