@@ -89,17 +89,20 @@ LM_SHAPE = "workload_options={layers: 2, heads: 4, context: 128, vocab: 4096, me
 LM: list[tuple[str, list[str]]] = [
     ("lm static micro 32", []),
     ("lm static micro 8", ["batch.micro=8"]),
-    ("lm dynamic micro 32", ["data.padding=dynamic"]),
-    ("lm dynamic buckets micro 16", ["data.padding=dynamic", "data.bucket_by_length=true", "batch.micro=16"]),
-    ("lm packed micro 32", ["data.padding=packed"]),
+    ("lm dynamic micro 32", ["workload_options.padding=dynamic"]),
+    (
+        "lm dynamic buckets micro 16",
+        ["workload_options.padding=dynamic", "workload_options.bucket_by_length=true", "batch.micro=16"],
+    ),
+    ("lm packed micro 32", ["workload_options.padding=packed"]),
     (
         "lm packed micro 8 checkpointed",
-        ["data.padding=packed", "batch.micro=8", "model.activation_checkpointing=every_block"],
+        ["workload_options.padding=packed", "batch.micro=8", "workload_options.activation_checkpointing=every_block"],
     ),
-    ("lm static micro 32 checkpointed", ["model.activation_checkpointing=every_block"]),
+    ("lm static micro 32 checkpointed", ["workload_options.activation_checkpointing=every_block"]),
     ("lm half rowwise_adagrad", ["embedding.strategy=half", "optimizer.sparse=rowwise_adagrad"]),
     ("lm bf16 micro 16", ["precision=bf16", "batch.micro=16"]),
-    ("lm tied", ["model.tie_embeddings=true"]),
+    ("lm tied", ["workload_options.tie_embeddings=true"]),
     ("lm 4 layers width 128", [LM_SHAPE.replace("layers: 2", "layers: 4"), "model.embedding_dim=128"]),
 ]
 SUITES = {

@@ -35,7 +35,10 @@ CONFIGS: list[tuple[str, list[str]]] = [
     ("dlrm default", []),
     ("two_tower default", ["workload=two_tower"]),
     ("lm static micro 32", [*_LM, "batch.micro=32"]),
-    ("lm dynamic buckets micro 16", [*_LM, "batch.micro=16", "data.padding=dynamic", "data.bucket_by_length=true"]),
+    (
+        "lm dynamic buckets micro 16",
+        [*_LM, "batch.micro=16", "workload_options.padding=dynamic", "workload_options.bucket_by_length=true"],
+    ),
 ]
 REGIMES = ("pinned", "mapped")
 

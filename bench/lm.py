@@ -52,22 +52,27 @@ def studies(shape: dict[str, int]) -> dict[str, list[tuple[str, list[str]]]]:
     return {
         "padding": PADDING,
         "checkpointing": [
-            (f"{layers} blocks, {mode}", [_options(shape, layers), f"model.activation_checkpointing={mode}"])
+            (f"{layers} blocks, {mode}", [_options(shape, layers), f"workload_options.activation_checkpointing={mode}"])
             for layers in (2, 4, 8)
             for mode in ("none", "every_block")
         ],
-        "tying": [("untied", []), ("tied", ["model.tie_embeddings=true"])],
+        "tying": [("untied", []), ("tied", ["workload_options.tie_embeddings=true"])],
     }
 
 
 PADDING: list[tuple[str, list[str]]] = [
-    *((f"padding {p}", [f"data.padding={p}"]) for p in ("static", "dynamic", "packed")),
+    *((f"padding {p}", [f"workload_options.padding={p}"]) for p in ("static", "dynamic", "packed")),
     # length buckets sort a step's sequences before its micro-batch split: they need accum > 1
-    ("padding static, 8 x 4", ["data.padding=static", "batch.micro=8", "batch.accum=4"]),
-    ("padding dynamic, 8 x 4", ["data.padding=dynamic", "batch.micro=8", "batch.accum=4"]),
+    ("padding static, 8 x 4", ["workload_options.padding=static", "batch.micro=8", "batch.accum=4"]),
+    ("padding dynamic, 8 x 4", ["workload_options.padding=dynamic", "batch.micro=8", "batch.accum=4"]),
     (
         "padding dynamic + buckets, 8 x 4",
-        ["data.padding=dynamic", "data.bucket_by_length=true", "batch.micro=8", "batch.accum=4"],
+        [
+            "workload_options.padding=dynamic",
+            "workload_options.bucket_by_length=true",
+            "batch.micro=8",
+            "batch.accum=4",
+        ],
     ),
 ]
 

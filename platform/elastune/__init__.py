@@ -15,6 +15,7 @@ __all__ = [
     "Batch",
     "ClickBatch",
     "DataSource",
+    "DatasetSource",
     "EmbeddingConfig",
     "QualityMetric",
     "Ragged",
@@ -22,6 +23,7 @@ __all__ = [
     "TableSource",
     "TableSpec",
     "Workload",
+    "WorkloadOptions",
     "__version__",
     "build_tables",
     "estimate",
@@ -37,6 +39,7 @@ _LAZY = {
     "TableSpec": "elastune.embeddings.tables",
     "build_tables": "elastune.embeddings.tables",
     "Workload": "elastune.workloads.base",
+    "WorkloadOptions": "elastune.workloads.options",
     "QualityMetric": "elastune.workloads.quality",
     "TableSource": "elastune.data.table",
     "table_layout": "elastune.data.table",
@@ -44,6 +47,7 @@ _LAZY = {
     "Ragged": "elastune.data.batch",
     "ClickBatch": "elastune.data.clicks",
     "DataSource": "elastune.data.source",
+    "DatasetSource": "elastune.data.dataset",
     "train": "elastune.training.loop",
     "estimate": "elastune.memory.estimate",
 }
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
     from elastune.config import EmbeddingConfig, RunConfig
     from elastune.data.batch import Batch, Ragged
     from elastune.data.clicks import ClickBatch
+    from elastune.data.dataset import DatasetSource
     from elastune.data.source import DataSource
     from elastune.data.table import TableSource, table_layout
     from elastune.embeddings.swap import swap_embeddings
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
     from elastune.memory.estimate import estimate
     from elastune.training.loop import train
     from elastune.workloads.base import Workload
+    from elastune.workloads.options import WorkloadOptions
     from elastune.workloads.quality import QualityMetric
 
 

@@ -27,6 +27,7 @@ from elastune.errors import MISSING, ConfigError, Problem
 from elastune.units import parse_bytes
 
 __all__ = [
+    "MOVED_KEYS",
     "PER_TABLE_FIELDS",
     "BatchConfig",
     "CheckpointConfig",
@@ -41,6 +42,7 @@ __all__ = [
     "TableSchema",
     "apply_overrides",
     "elastune_home",
+    "moved_key_message",
     "parse_overrides",
     "problems_from_validation",
     "read_yaml_mapping",
@@ -151,18 +153,6 @@ class DataConfig(_Section):
         serialize_by_alias=True,
     )
 
-    padding: Literal["static", "dynamic", "packed"] = Field(
-        "static",
-        description="workload lm: pad sequences to the context length (static), to the longest of the "
-        "micro-batch (dynamic), or pack the micro-batch's documents into full rows, attention kept inside "
-        "each document (packed).",
-    )
-    bucket_by_length: bool = Field(
-        False,
-        description="workload lm, data.padding=dynamic: sort each step's sequences by length before the "
-        "micro-batch split, so each micro-batch pads less (the step's gradient is the same in any order; "
-        "it needs batch.accum > 1 to matter).",
-    )
     loader_workers: int = Field(
         0,
         ge=0,
@@ -199,7 +189,8 @@ class DataConfig(_Section):
         ge=0,
         le=MAX_SEED,
         description="Seed of the synthetic stream and its hidden teacher; source=text: of the training "
-        "sequences' order.",
+        "sequences' order; a workload's own torch Dataset: of its held-out split, each epoch's order and "
+        "each item's augmentation draws.",
     )
     path: Path | None = Field(
         None,
@@ -418,16 +409,6 @@ class ModelConfig(_Section):
     top_mlp: list[int] = Field(
         default_factory=lambda: [64, 32], max_length=16, description="Hidden widths; a last layer maps to 1 logit."
     )
-    # Sequence models (workload: lm)
-    tie_embeddings: bool = Field(
-        False, description="workload lm: the output projection is the token table (half the vocabulary parameters)."
-    )
-    activation_checkpointing: Literal["none", "every_block", "every_n"] = Field(
-        "none",
-        description="workload lm: recompute blocks' activations in the backward (torch.utils.checkpoint): every "
-        "block, or every checkpoint_every-th; less memory, more compute.",
-    )
-    checkpoint_every: int = Field(2, ge=1, le=64, description="every_n: checkpoint one block in this many.")
 
     @field_validator("bottom_mlp", "top_mlp")
     @classmethod
@@ -638,6 +619,26 @@ WORKLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Run-config keys that moved into a workload's own options: an old config or spec that still sets
+# one is refused with where it went (an unknown key, not an alias: one key per setting), instead of
+# a bare "unknown key". {old key: (workload, its option)}.
+MOVED_KEYS: dict[str, tuple[str, str]] = {
+    "model.tie_embeddings": ("lm", "tie_embeddings"),
+    "model.activation_checkpointing": ("lm", "activation_checkpointing"),
+    "model.checkpoint_every": ("lm", "checkpoint_every"),
+    "data.padding": ("lm", "padding"),
+    "data.bucket_by_length": ("lm", "bucket_by_length"),
+}
+
+
+def moved_key_message(key: str) -> str | None:
+    """Where a run-config key that moved into a workload's options went; None if it did not."""
+    if key not in MOVED_KEYS:
+        return None
+    workload, option = MOVED_KEYS[key]
+    return f"moved to workload_options.{option} (workload {workload}); set it there"
+
+
 class RunConfig(_Section):
     """One training run: workload, data, model, embedding strategy, optimizer, precision, batch."""
 
@@ -803,16 +804,21 @@ def elastune_home() -> Path:
 # Turning pydantic's errors into Problems that say how to fix them.
 
 
-def problems_from_validation(exc: ValidationError, model: type[BaseModel], raw: Mapping[str, Any]) -> list[Problem]:
+def problems_from_validation(
+    exc: ValidationError, model: type[BaseModel], raw: Mapping[str, Any], prefix: str = ""
+) -> list[Problem]:
+    """`exc`'s errors as Problems, each named by its dotted path in `raw` (under `prefix` where `raw`
+    sits inside a config, e.g. `workload_options`)."""
     problems = []
     for err in exc.errors(include_url=False):
         loc = [str(part) for part in err["loc"]]
-        path = ".".join(loc) or "config"
+        path = ".".join([prefix, *loc] if prefix else loc) or "config"
         value = _lookup(raw, err["loc"])
         if isinstance(value, Mapping):
             value = MISSING  # a whole-section rule; its message names the fields involved
         if err["type"] == "extra_forbidden":
-            problems.append(Problem(path, MISSING, _unknown_key_message(model, loc)))
+            moved = moved_key_message(path) if model is RunConfig else None
+            problems.append(Problem(path, MISSING, moved or _unknown_key_message(model, loc, prefix)))
         else:  # a rule may report several problems, one per line
             problems += [Problem(path, value, line) for line in _friendly(err).split("\n")]
     return problems
@@ -836,10 +842,10 @@ def _friendly(err: Mapping[str, Any]) -> str:
     return str(err["msg"]).replace("Input should be", "must be")
 
 
-def _unknown_key_message(model: type[BaseModel], loc: list[str]) -> str:
+def _unknown_key_message(model: type[BaseModel], loc: list[str], prefix: str = "") -> str:
     known = _fields_at(model, loc[:-1])
     close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.5)
-    hint = f"did you mean {'.'.join([*loc[:-1], close[0]])!r}?" if close else ""
+    hint = f"did you mean {'.'.join([*([prefix] if prefix else []), *loc[:-1], close[0]])!r}?" if close else ""
     valid = f"valid keys here: {', '.join(sorted(known))}"
     return f"unknown key; {hint + ' ' if hint else ''}{valid}"
 

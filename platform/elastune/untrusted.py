@@ -10,6 +10,10 @@ default value.
 
 The list is explicit, not derived: a field added to RunConfig later stays closed to clients until
 someone decides it is safe (tests/unit/test_ui_hostile.py checks no path-typed field is on it).
+A workload's own options (`workload_options.KEY`) are open only for the built-in workloads listed in
+CLIENT_OPTIONS, and only while the run trains that workload: a plugin's option of the same name
+could name a file, so an option given for any other workload is refused (`limit_problems`,
+`stored_config_problems`).
 
 What a client sends is YAML read by elastune.yamlsafe (no anchors, aliases, tags or merge keys;
 bounded size and nesting), and a client's run is held to CLIENT_LIMITS, below the config's own
@@ -22,13 +26,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from elastune.config import RunConfig, elastune_home, parse_overrides
+from elastune.config import RunConfig, apply_overrides, elastune_home, moved_key_message, parse_overrides
 from elastune.dotted import flatten
 from elastune.errors import ConfigError, Problem
 
 __all__ = [
     "CLIENT_KEYS",
     "CLIENT_LIMITS",
+    "CLIENT_OPTIONS",
     "client_checkpoint",
     "limit_problems",
     "override_problems",
@@ -36,6 +41,25 @@ __all__ = [
     "read_stored_config",
     "stored_config_problems",
 ]
+
+# The options a client may set, per built-in workload: none names a file (tests/unit/test_ui_hostile.py
+# checks each is a field of that workload's options model, and not path-typed).
+CLIENT_OPTIONS: dict[str, frozenset[str]] = {
+    "lm": frozenset(
+        {
+            "layers",
+            "heads",
+            "context",
+            "vocab",
+            "mean_length",
+            "padding",
+            "bucket_by_length",
+            "activation_checkpointing",
+            "checkpoint_every",
+            "tie_embeddings",
+        }
+    ),
+}
 
 CLIENT_KEYS: frozenset[str] = frozenset(
     {
@@ -50,17 +74,12 @@ CLIENT_KEYS: frozenset[str] = frozenset(
         "data.zipf_alpha",
         "data.pooling",
         "data.seed",
-        "data.padding",
-        "data.bucket_by_length",
         "data.loader_workers",
         "data.prefetch",
         "data.pin_memory",
         "model.embedding_dim",
         "model.bottom_mlp",
         "model.top_mlp",
-        "model.tie_embeddings",
-        "model.activation_checkpointing",
-        "model.checkpoint_every",
         "embedding.strategy",
         "embedding.dtype",
         "embedding.buckets",
@@ -82,6 +101,8 @@ CLIENT_KEYS: frozenset[str] = frozenset(
         "eval.samples",
         "eval.batch",
     }
+    # the built-in workloads' options: open only while the run trains that workload (`limit_problems`)
+    | {f"workload_options.{key}" for keys in CLIENT_OPTIONS.values() for key in keys}
 )
 
 # The most a client-launched run may ask for, where the config's own bound is a person's choice at
@@ -108,6 +129,7 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
     to the config's own validation (which suggests the key meant)."""
     known = set(flatten(RunConfig().to_dict()))
     problems: list[Problem] = []
+    given: dict[str, Any] = {}  # every readable pair, merged: the workload and its options may come apart
     for item in sets:
         _, sep, _ = item.partition("=")
         if not sep:
@@ -116,13 +138,43 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
             nested = parse_overrides([item], untrusted=True)
         except ConfigError:  # parse_client_overrides reports it
             continue
+        given = apply_overrides(given, nested)
         for leaf, value in flatten(nested).items():
-            # workload_options has no keys of its own (the workload's model gives them): all closed
+            # workload_options has no keys of its own (the workload's model gives them): closed but
+            # for the built-ins' listed options, and those only for their own workload
             if (leaf in known or leaf.startswith("workload_options")) and leaf not in CLIENT_KEYS:
                 problems.append(Problem(f"{field}.{leaf}", value, _refusal(leaf)))
             elif leaf == "workload" and _imports(value):
                 problems.append(Problem(f"{field}.{leaf}", value, _IMPORT_REFUSAL))
+    # a workload named here holds its options to CLIENT_OPTIONS now; one from the config they change,
+    # when the run is checked whole (limit_problems)
+    workload = given.get("workload")
+    if isinstance(workload, str) and not _imports(workload):
+        said = {p.path for p in problems}
+        for problem in _option_problems(workload, given.get("workload_options")):
+            if f"{field}.{problem.path}" not in said:
+                problems.append(Problem(f"{field}.{problem.path}", problem.value, problem.message))
     return problems
+
+
+def _option_problems(workload: str, options: Any) -> list[Problem]:
+    """Each option (`workload_options.KEY`) a client gives outside CLIENT_OPTIONS[workload]; for a
+    workload not listed there, every option."""
+    if not isinstance(options, Mapping):  # `workload_options=3`: the config's own validation says so
+        return []
+    allowed = CLIENT_OPTIONS.get(workload, frozenset())
+    if workload in CLIENT_OPTIONS:
+        why = f"not an option a remote client may set for workload {workload!r}; open: {', '.join(sorted(allowed))}"
+    else:
+        why = (
+            f"workload {workload!r} has no options a remote client may set (a workload's option could name a "
+            "file); launch it from the command line"
+        )
+    return [
+        Problem(f"workload_options.{leaf}", value, why)
+        for leaf, value in flatten(options).items()
+        if leaf not in allowed
+    ]
 
 
 def parse_client_overrides(sets: Sequence[str], field: str = "sets") -> tuple[dict[str, Any], list[Problem]]:
@@ -136,10 +188,12 @@ def parse_client_overrides(sets: Sequence[str], field: str = "sets") -> tuple[di
 
 
 def limit_problems(cfg: RunConfig) -> list[Problem]:
-    """Keys of `cfg` over CLIENT_LIMITS, named by their run-config key (the caller says where the
-    value came from)."""
+    """Keys of `cfg` over CLIENT_LIMITS, and options it gives outside CLIENT_OPTIONS of its workload
+    (a client's run is checked whole here, after its overrides meet the config they change: the
+    workload may come from one and the options from the other), named by their run-config key
+    (the caller says where the value came from)."""
     values = flatten(cfg.to_dict())
-    problems = []
+    problems = _option_problems(cfg.workload, cfg.workload_options)
     for key, most in CLIENT_LIMITS.items():
         value = values.get(key)
         if isinstance(value, int) and value > most:
@@ -187,17 +241,28 @@ def stored_config_problems(raw: Mapping[str, Any], field: str = "from_sweep") ->
     is not its default (the stored config is a full dump, so closed keys appear at their defaults)."""
     defaults = flatten(RunConfig().to_dict())
     problems = []
+    workload = raw.get("workload", defaults["workload"])
+    if isinstance(workload, str) and not _imports(workload):
+        named = _option_problems(workload, raw.get("workload_options"))
+        problems += [Problem(f"{field}.{p.path}", p.value, p.message) for p in named]
     for leaf, value in flatten(raw).items():
         if leaf == "workload" and _imports(value):
             problems.append(Problem(f"{field}.{leaf}", value, _IMPORT_REFUSAL))
             continue
-        if leaf in CLIENT_KEYS or (leaf in defaults and defaults[leaf] == value):
-            continue
+        if (
+            leaf.startswith("workload_options.")
+            or leaf in CLIENT_KEYS
+            or (leaf in defaults and defaults[leaf] == value)
+        ):
+            continue  # the options: by _option_problems above
+        moved = moved_key_message(leaf)  # a config stored before the key moved into the options
         problems.append(
             Problem(
                 f"{field}.{leaf}",
                 value,
-                "the stored config sets a key a remote client may not (it names a file, or is unknown); "
+                f"{moved}; pick a sweep run since"
+                if moved
+                else "the stored config sets a key a remote client may not (it names a file, or is unknown); "
                 "train it from the command line after checking it, or pick another sweep",
             )
         )

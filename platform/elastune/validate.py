@@ -26,6 +26,7 @@ from elastune.embeddings.shared import validate_groups
 from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
 from elastune.errors import MISSING, ConfigError, DataError, Problem
 from elastune.workloads import WorkloadError, build_workload
+from elastune.workloads.hf import HFOptions
 from elastune.workloads.lm import LMOptions
 
 __all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
@@ -75,7 +76,7 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
     try:
         tables = build_workload(cfg).table_sizes  # found, built with its options, a Workload
     except WorkloadError as exc:
-        return [Problem(exc.field, exc.value, str(exc))]
+        return list(exc.problems)  # every problem of the options at once
     emb = cfg.embedding
     if emb.strategy not in strategies():
         available = ", ".join(strategies())
@@ -122,17 +123,18 @@ def _text_problems(cfg: RunConfig) -> list[Problem]:
     """data.source=text: a workload that reads documents, a vocabulary a byte-level tokenizer can
     have, and the files read as the run will read them: every line checked, the tokenizer trained and
     the documents tokenized, cached for the run (once per file and settings)."""
-    if cfg.workload != "lm":
+    readers: dict[str, type[LMOptions] | type[HFOptions]] = {"lm": LMOptions, "hf": HFOptions}
+    if cfg.workload not in readers:
         return [
             Problem(
                 "data.source",
                 "text",
-                f"documents are read by workload=lm, not workload={cfg.workload!r}; set workload=lm, or give "
-                f"{cfg.workload!r} a source of its own (synthetic, table, ...)",
+                f"documents are read by workload=lm or hf, not workload={cfg.workload!r}; set workload=lm, or "
+                f"give {cfg.workload!r} a source of its own (synthetic, table, ...)",
             )
         ]
     try:
-        options = LMOptions.model_validate(cfg.workload_options)
+        options = readers[cfg.workload].model_validate(cfg.workload_options)
     except ValidationError:
         return []  # build_workload names the option
     if options.vocab < MIN_VOCAB:

@@ -83,3 +83,41 @@ def test_override_syntax_errors() -> None:
 def test_schema_names_the_sections() -> None:
     schema = RunConfig.model_json_schema()
     assert {"data", "model", "embedding", "optimizer", "batch", "eval", "precision"} <= set(schema["properties"])
+
+
+def test_the_run_config_lists_no_workloads_knobs() -> None:
+    """What one workload alone reads lives in its options (`workload_options`, validated by its own
+    model), not here: the LM's sequence knobs moved there (issue 33, point 5). The list is explicit,
+    so a field added later is a decision this test makes someone write down."""
+    from pydantic import BaseModel
+
+    shared = {
+        "workload", "workload_options", "seed", "device", "precision", "threads", "steps", "warmup_steps",
+        "data.source", "data.path", "data.eval_path", "data.seed", "data.max_document_bytes",
+        "data.loader_workers", "data.prefetch", "data.pin_memory",
+        # data.source=table (any workload that reads elastune's table source: DLRM, two_tower)
+        "data.table_schema", "data.encoding", "data.min_count", "data.hash_buckets",
+        # data.source=text (the documents and their tokenizer)
+        "data.text_field",
+        "model.embedding_dim",
+        *(f"embedding.{k}" for k in ("strategy", "dtype", "buckets", "compression", "num_hashes", "qr_combine")),
+        *(f"embedding.{k}" for k in ("mixed_blocks", "mixed_min_dim", "groups", "cache_rows", "cache_ratio")),
+        "embedding.backend", "embedding.overrides",
+        "optimizer.dense", "optimizer.sparse", "optimizer.lr", "optimizer.clip_grad_norm",
+        "batch.micro", "batch.accum", "eval.samples", "eval.batch",
+        "checkpoint.path", "checkpoint.every", "checkpoint.resume",
+    }  # fmt: skip
+    # DLRM's shape and its synthetic Criteo-like stream: still run-config fields, read by DLRM alone
+    # (the default workload; moving them into DLRM's options is its own change)
+    dlrm = {"model.bottom_mlp", "model.top_mlp", "data.rows_scale", "data.table_rows", "data.zipf_alpha"}
+    dlrm |= {"data.pooling", "data.skip_malformed"}
+    fields = set()
+    for name, field in RunConfig.model_fields.items():
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            fields |= {f"{name}.{inner}" for inner in section.model_fields}
+        else:
+            fields.add(name)
+    assert fields == shared | dlrm, (fields - shared - dlrm, shared | dlrm - fields)
+    lm_knobs = {"padding", "bucket_by_length", "tie_embeddings", "activation_checkpointing", "checkpoint_every"}
+    assert not {f for f in fields if f.split(".")[-1] in lm_knobs}

@@ -1,5 +1,6 @@
 """docs/workloads.md opens with a complete workload: its first Python block, saved as the page says
-(`ratings.py`), trains, is judged by its declared metric and is estimated, as written there."""
+(`ratings.py`), trains, is judged by its declared metric and is estimated, as written there. Its
+section "Your own torch Dataset" holds another (`visits.py`): a Dataset plugged in as it is."""
 
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ from pathlib import Path
 DOC = Path(__file__).resolve().parents[2] / "docs" / "workloads.md"
 
 
-def _first_block() -> str:
-    found = re.search(r"```python\n(.*?)```", DOC.read_text(), re.S)
-    assert found is not None, "docs/workloads.md has no python block"
+def _first_block(after: str = "") -> str:
+    """The page's first python block (after the heading `after`, when given)."""
+    text = DOC.read_text()
+    if after:
+        assert f"\n{after}\n" in text, f"docs/workloads.md has no heading {after!r}"
+        text = text.split(f"\n{after}\n", 1)[1]
+    found = re.search(r"```python\n(.*?)```", text, re.S)
+    assert found is not None, f"docs/workloads.md has no python block after {after!r}"
     return found.group(1)
 
 
@@ -40,6 +46,25 @@ def test_the_minimal_workload_of_the_docs_trains_and_estimates(tmp_path: Path) -
     # The ratings are sin(u/10) + cos(3i/10): predicting their mean scores an RMSE of about 1 (their
     # spread); 60 steps of the dot product must do clearly better.
     assert result["quality"] == result["metrics"]["rmse"] < 0.95, result["metrics"]
+    estimated = _elastune(tmp_path, "estimate", "--format", "json", *args)
+    assert estimated.returncode == 0, estimated.stderr[-3000:]
+    assert json.loads(estimated.stdout)["estimated_peak_bytes"] > 0
+
+
+def test_the_dataset_workload_of_the_docs_trains_and_estimates(tmp_path: Path) -> None:
+    code = _first_block(after="## Your own torch Dataset")
+    assert "def dataset(self)" in code and "def data_source" not in code  # the Dataset is the data
+    (tmp_path / "visits.py").write_text(code)
+    sets = ["workload=visits:VisitWorkload", "steps=60", "warmup_steps=5", "batch.micro=256", "eval.samples=4096",
+            "device=cpu", "threads=1"]  # fmt: skip
+    args = [a for s in sets for a in ("--set", s)]
+    trained = _elastune(tmp_path, "train", "--format", "json", *args)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    result = json.loads(trained.stdout)
+    assert (result["quality_metric"], result["quality_direction"]) == ("accuracy", "max")
+    # Three kinds of visit, about a third each: guessing scores about 1/3; the kind is the store's id
+    # mod 3, shifted for one visit in six, so 60 steps of the store's embedding must do far better.
+    assert result["quality"] == result["metrics"]["accuracy"] > 0.6, result["metrics"]
     estimated = _elastune(tmp_path, "estimate", "--format", "json", *args)
     assert estimated.returncode == 0, estimated.stderr[-3000:]
     assert json.loads(estimated.stdout)["estimated_peak_bytes"] > 0

@@ -68,7 +68,7 @@ def test_the_stream_is_a_pure_function_of_position_with_real_lengths() -> None:
 
 def test_dynamic_padding_computes_less_for_the_same_loss() -> None:
     static, model = _model()
-    dynamic = build_workload(load_run_config(None, [*SMALL, "data.padding=dynamic"]))
+    dynamic = build_workload(load_run_config(None, [*SMALL, "workload_options.padding=dynamic"]))
     batch = static.data_source().read(0, 32)
     seen: list[int] = []
     model.blocks[0].register_forward_hook(lambda module, args, out: seen.append(args[0].shape[1]))
@@ -77,7 +77,7 @@ def test_dynamic_padding_computes_less_for_the_same_loss() -> None:
         assert float(dynamic.loss(model, batch)) == pytest.approx(float(static.loss(model, batch)), abs=1e-5)
     assert seen[0] == int(batch.lengths.max()) - 1 < seen[1] == 31  # dynamic first, then the full context
     # priced at the longest batch it can see: a full context
-    assert estimate(load_run_config(None, [*SMALL, "data.padding=dynamic"])).peak_bytes == pytest.approx(
+    assert estimate(load_run_config(None, [*SMALL, "workload_options.padding=dynamic"])).peak_bytes == pytest.approx(
         estimate(load_run_config(None, SMALL)).peak_bytes, rel=0.01
     )
 
@@ -91,11 +91,13 @@ def test_the_estimator_prices_the_longest_micro_batch_the_run_reads() -> None:
     assert source.lengths(1000, 100).tolist() == source.read(1000, 100).lengths.tolist()
     reads = [source.read(step * 32, 32) for step in range(20)]
     longest = max(int(b.lengths.max()) for b in reads)
-    packer = build_workload(load_run_config(None, [*SMALL, short, "data.padding=packed"]))
+    packer = build_workload(load_run_config(None, [*SMALL, short, "workload_options.padding=packed"]))
     rows = max(packer.pack(b)[0].shape[0] for b in reads)
     assert longest < 64 and rows < 16  # short documents: far from the worst case (128 tokens, 32 rows)
     for padding, seen in (("dynamic", longest), ("packed", rows)):
-        cfg = load_run_config(None, [*SMALL, short, "steps=20", "warmup_steps=2", f"data.padding={padding}"])
+        cfg = load_run_config(
+            None, [*SMALL, short, "steps=20", "warmup_steps=2", f"workload_options.padding={padding}"]
+        )
         shapes = {size: (n, r) for size, n, r in seen_shapes(cfg.model_dump_json())}
         assert shapes[32][0 if padding == "dynamic" else 1] >= seen  # every training micro-batch is covered
         # ... and by the traced peak: far below a full-context row per sequence
@@ -105,7 +107,7 @@ def test_the_estimator_prices_the_longest_micro_batch_the_run_reads() -> None:
 
 def test_tied_embeddings_share_one_table() -> None:
     _, untied = _model()
-    _, tied = _model("model.tie_embeddings=true")
+    _, tied = _model("workload_options.tie_embeddings=true")
     assert tied.output_weight() is tied.embeddings.bag.weight
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(untied) - count(tied) == 256 * 32
@@ -114,8 +116,8 @@ def test_tied_embeddings_share_one_table() -> None:
 @pytest.mark.parametrize(
     ("sets", "says"),
     [
-        (["model.tie_embeddings=true", "embedding.strategy=hashed"], "needs embedding.strategy=full"),
-        (["model.tie_embeddings=true", "optimizer.sparse=rowwise_adagrad"], "needs optimizer.sparse=adam"),
+        (["workload_options.tie_embeddings=true", "embedding.strategy=hashed"], "needs embedding.strategy=full"),
+        (["workload_options.tie_embeddings=true", "optimizer.sparse=rowwise_adagrad"], "needs optimizer.sparse=adam"),
         (["model.embedding_dim=33"], "does not divide into workload_options.heads=2"),
     ],
 )
@@ -124,17 +126,35 @@ def test_impossible_lm_settings_are_config_errors(sets: list[str], says: str, ca
     assert says in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("model.tie_embeddings=true", "tie_embeddings"),
+        ("model.activation_checkpointing=every_block", "activation_checkpointing"),
+        ("model.checkpoint_every=3", "checkpoint_every"),
+        ("data.padding=dynamic", "padding"),
+        ("data.bucket_by_length=true", "bucket_by_length"),
+    ],
+)
+def test_a_moved_knob_is_refused_naming_its_new_key(old: str, new: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sequence knobs are the LM's options now: a config that still sets one at its old key is
+    told where it went (not an alias, not silently dropped)."""
+    assert main(["estimate", *_sets(*SMALL, old)]) == 2
+    key = old.split("=")[0]
+    assert f"{key}: moved to workload_options.{new} (workload lm)" in capsys.readouterr().err
+
+
 def test_dlrm_refuses_the_sequence_knobs(capsys: pytest.CaptureFixture[str]) -> None:
-    for setting in ("model.tie_embeddings=true", "data.padding=dynamic", "model.activation_checkpointing=every_block"):
-        assert main(["estimate", "--set", setting]) == 2
-        assert f"only workload lm reads {setting.split('=')[0]}" in capsys.readouterr().err
+    """They are the LM's options, and DLRM takes no options."""
+    assert main(["estimate", "--set", "workload_options.padding=dynamic"]) == 2
+    assert "workload 'dlrm' takes no options" in capsys.readouterr().err
 
 
 def test_checkpointing_lowers_the_activation_peak_with_the_same_gradients() -> None:
     peaks = {}
     for mode in ("none", "every_n", "every_block"):
         sets = [*SMALL, "workload_options={vocab: 256, context: 32, layers: 4, heads: 2}", "batch.micro=64"]
-        peaks[mode] = estimate(load_run_config(None, [*sets, f"model.activation_checkpointing={mode}"]))
+        peaks[mode] = estimate(load_run_config(None, [*sets, f"workload_options.activation_checkpointing={mode}"]))
     assert (
         peaks["every_block"].transient_peak_bytes
         < peaks["every_n"].transient_peak_bytes
@@ -142,7 +162,7 @@ def test_checkpointing_lowers_the_activation_peak_with_the_same_gradients() -> N
     )
     grads = []
     for mode in ("none", "every_block"):
-        workload, model = _model(f"model.activation_checkpointing={mode}")
+        workload, model = _model(f"workload_options.activation_checkpointing={mode}")
         model.train()
         workload.loss(model, workload.data_source().read(0, 16)).backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
@@ -150,7 +170,7 @@ def test_checkpointing_lowers_the_activation_peak_with_the_same_gradients() -> N
 
 
 def test_packing_fills_rows_and_never_lets_attention_cross_documents() -> None:
-    packed = build_workload(load_run_config(None, [*SMALL, "data.padding=packed"]))
+    packed = build_workload(load_run_config(None, [*SMALL, "workload_options.padding=packed"]))
     _, model = _model()
     model.eval()
     batch = packed.data_source().read(0, 32)
@@ -195,7 +215,7 @@ def test_micro_times_accum_is_exact_over_tokens(padding: str) -> None:
 
     from elastune.training.step import forward_backward
 
-    workload, model = _model(f"data.padding={padding}")
+    workload, model = _model(f"workload_options.padding={padding}")
     batch = workload.data_source().read(0, 16)
     lengths = batch.lengths
     assert len(set(lengths[i : i + 4].sum().item() for i in range(0, 16, 4))) > 1  # micro-batches differ
@@ -216,8 +236,10 @@ def test_length_buckets_pad_less_for_the_same_step() -> None:
 
     from elastune.training.step import forward_backward
 
-    plain, model = _model("data.padding=dynamic")
-    bucketed = build_workload(load_run_config(None, [*SMALL, "data.padding=dynamic", "data.bucket_by_length=true"]))
+    plain, model = _model("workload_options.padding=dynamic")
+    bucketed = build_workload(
+        load_run_config(None, [*SMALL, "workload_options.padding=dynamic", "workload_options.bucket_by_length=true"])
+    )
     batch = plain.data_source().read(0, 32)
     sorted_batch = bucketed.arrange_step(batch)
     assert plain.arrange_step(batch) is batch
@@ -236,8 +258,8 @@ def test_length_buckets_pad_less_for_the_same_step() -> None:
 
 
 def test_length_buckets_need_dynamic_padding(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["estimate", *_sets(*SMALL, "data.bucket_by_length=true")]) == 2
-    assert "data.bucket_by_length" in capsys.readouterr().err
+    assert main(["estimate", *_sets(*SMALL, "workload_options.bucket_by_length=true")]) == 2
+    assert "workload_options.bucket_by_length sorts sequences" in capsys.readouterr().err
 
 
 def test_a_resume_with_other_workload_options_is_refused(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -267,7 +289,7 @@ def test_oom_recovery_halves_the_lm_micro_batch_and_loses_nothing(tmp_path) -> N
     for name, fault in (("hit", oom_once), ("clean", None)):
         path = tmp_path / f"{name}.ckpt"
         sets = [*SMALL, "batch.micro=8", "batch.accum=4", "steps=4", "warmup_steps=0", f"checkpoint.path={path}"]
-        result = train(load_run_config(None, [*sets, "data.padding=dynamic"]), fault=fault)
+        result = train(load_run_config(None, [*sets, "workload_options.padding=dynamic"]), fault=fault)
         weights.append(torch.load(path, weights_only=False)["model"])
         if fault is not None:
             assert fired == [2] and (result.micro_batch, result.accum, result.oom_retries) == (4, 8, 1)

@@ -286,7 +286,7 @@ def test_an_empty_eval_file_and_files_past_the_size_bound_are_refused(
 @pytest.mark.parametrize(
     ("sets", "expected"),
     [
-        (["workload=dlrm"], ["data.source='text'", "workload=lm, not workload='dlrm'"]),
+        (["workload=dlrm"], ["data.source='text'", "workload=lm or hf, not workload='dlrm'"]),
         (["workload_options={vocab: 200}"], ["workload_options.vocab=200", "at least 259"]),
         (["data.text_field=body"], ["data.text_field='body'", "give a .jsonl file"]),
         (["data.text_field=a b"], ["data.text_field='a b'", "top-level JSON key"]),

@@ -25,7 +25,8 @@ from elastune.config import RunConfig
 from elastune.tracking.artifacts import trials_csv
 from elastune.ui import UISettings, create_app
 from elastune.ui.launch import jsonable
-from elastune.untrusted import CLIENT_KEYS, override_problems
+from elastune.untrusted import CLIENT_KEYS, CLIENT_OPTIONS, override_problems
+from elastune.workloads.registry import options_model, resolve
 from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
@@ -114,6 +115,13 @@ def test_the_allowlist_holds_no_field_that_names_a_file() -> None:
                 yield f"{prefix}{name}", annotation
 
     fields = dict(walk(RunConfig))
+    # a built-in workload's open options: fields of its own options model, as typed there
+    for workload, keys in CLIENT_OPTIONS.items():
+        model = options_model(resolve(workload), workload)
+        assert model is not None, workload
+        options = dict(walk(model, "workload_options."))
+        assert {f"workload_options.{key}" for key in keys} <= set(options), (workload, keys - set(model.model_fields))
+        fields |= {key: options[key] for key in (f"workload_options.{k}" for k in keys)}
     assert set(fields) >= CLIENT_KEYS, CLIENT_KEYS - set(fields)  # every allowed key exists
     assert [key for key in CLIENT_KEYS if path_typed(fields[key])] == []
     assert not any(key.startswith("checkpoint.") for key in CLIENT_KEYS)

@@ -14,6 +14,8 @@ A batch is any mapping, sequence or dataclass of tensors with a leading batch di
   (`data.source: table`, `data.schema`): its own dense width, one table per categorical column.
 * `TextSource` (text.py) reads the user's documents (`data.source: text`), tokenized by a BPE
   trained on them.
+* `DatasetSource` (dataset.py) reads a user's own map-style `torch.utils.data.Dataset` (what
+  `Workload.dataset()` returns), shuffled per epoch and still a pure function of position.
 
 The file sources read a user's file, untrusted input, through files.py: a line over
 `data.max_document_bytes` is refused by its number before it is read whole, and a .gz is inflated
@@ -32,6 +34,7 @@ __all__ = [
     "CriteoTSV",
     "DataArtifact",
     "DataSource",
+    "DatasetSource",
     "Ragged",
     "SyntheticCriteo",
     "SyntheticText",
@@ -57,6 +60,7 @@ _LAZY = {
     "ClickBatch": "elastune.data.clicks",
     "DataArtifact": "elastune.data.source",
     "DataSource": "elastune.data.source",
+    "DatasetSource": "elastune.data.dataset",
     "SyntheticCriteo": "elastune.data.synthetic",
     "CriteoParquet": "elastune.data.criteo",
     "CriteoTSV": "elastune.data.criteo",
@@ -71,6 +75,7 @@ if TYPE_CHECKING:
     from elastune.data.batch import Batch, Ragged, batch_size, concat_batches, slice_batch, to_device
     from elastune.data.clicks import ClickBatch
     from elastune.data.criteo import CriteoParquet, CriteoTSV
+    from elastune.data.dataset import DatasetSource
     from elastune.data.source import DataArtifact, DataSource
     from elastune.data.synthetic import SyntheticCriteo
     from elastune.data.table import TableSource, table_layout

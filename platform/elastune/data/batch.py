@@ -116,7 +116,13 @@ def _rows(batch: Batch) -> list[torch.Tensor | Ragged]:
 def batch_size(batch: Batch) -> int:
     """B, the samples in `batch`: its first tensor's first dimension (or its first Ragged's count).
     Raises ValueError for a batch with neither, or whose leaves disagree on B."""
-    sizes = {int(leaf.shape[0]) if isinstance(leaf, torch.Tensor) else len(leaf) for leaf in _rows(batch)}
+    rows = _rows(batch)
+    if any(isinstance(leaf, torch.Tensor) and leaf.dim() == 0 for leaf in rows):
+        raise ValueError(  # a 0-dim tensor cannot be split into micro-batches (and has no shape[0] to count)
+            f"a batch is a mapping, sequence or dataclass of tensors with a leading batch dimension; this one has "
+            f"a 0-dim tensor ({type(batch).__name__}): give it a batch dimension, or make it a Python number"
+        )
+    sizes = {int(leaf.shape[0]) if isinstance(leaf, torch.Tensor) else len(leaf) for leaf in rows}
     if len(sizes) != 1:
         what = "no tensor" if not sizes else f"leaves of {sorted(sizes)} rows"
         raise ValueError(

@@ -67,7 +67,9 @@ class SwappedEmbedding(nn.Module):
             raise ValueError("a 1-D input to an embedding bag needs offsets (where each bag starts)")
         bags = offsets.numel()
         lengths = torch.diff(offsets, append=torch.tensor([input.numel()], device=offsets.device))
-        which = torch.repeat_interleave(torch.arange(bags, device=input.device), lengths)
+        # output_size: every id is in one bag, so the result has input.numel() entries; given, it
+        # needs no read of `lengths` (a host sync, and impossible on the estimator's fake tensors)
+        which = torch.repeat_interleave(torch.arange(bags, device=input.device), lengths, output_size=input.numel())
         vectors = self._rows(input)
         if per_sample_weights is not None:
             vectors = vectors * per_sample_weights.unsqueeze(-1)

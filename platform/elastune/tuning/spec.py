@@ -18,7 +18,9 @@ resources: {cpus_per_trial: 1, gpus_per_trial: 0, workers_per_trial: 1}
 ```
 
 A parameter with `when` is only drawn when every named parameter (drawn before it) took one of the
-listed values; otherwise the base config's value stands.
+listed values; otherwise the base config's value stands. A parameter is a run-config key, or one of
+the base workload's own options, `workload_options.KEY` (checked against its options model, each
+candidate value through it).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from elastune.config import (
     RunConfig,
     TableMatch,
     apply_overrides,
+    moved_key_message,
     parse_overrides,
     problems_from_validation,
     read_yaml_mapping,
@@ -48,7 +51,8 @@ from elastune.errors import MISSING, ConfigError, Problem
 from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points, point_problem
 from elastune.units import MAX_BYTES, parse_bytes
 from elastune.validate import component_problems, config_problems
-from elastune.workloads import build_workload
+from elastune.workloads import WorkloadError, build_workload
+from elastune.workloads.registry import option_keys, options_model, resolve
 
 __all__ = [
     "Budget",
@@ -293,7 +297,8 @@ class SweepSpec(_Section):
     def sequence_context(self) -> int | None:
         """Tokens per row of the base config's workload (its optional `context`: an LM's context
         length), the unit a token budget is counted in; None for a workload without one (DLRM).
-        `workload_options` is not searchable, so every trial has the base's context."""
+        Every trial has the base's context: with a token budget, check_spec refuses a searched
+        option that changes it (`_context_problems`)."""
         return _context_of(json.dumps(self.base, sort_keys=True, default=str))
 
     def trial_threads(self) -> int:
@@ -374,7 +379,7 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
     names = list(spec.parameters)
     for index, (name, param) in enumerate(spec.parameters.items()):
         where = f"parameters.{name}"
-        unknown = _unknown_field(name)
+        unknown = _unknown_field(spec, name)
         if unknown:
             problems.append(Problem(where, MISSING, unknown))
             continue
@@ -385,6 +390,7 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
         problems += _value_problems(spec, where, name, param)
         problems += _condition_problems(spec, where, param, names[:index])
     problems += _batch_problems(spec)
+    problems += _context_problems(spec)
     problems += _parallel_problems(spec)
     if not problems:
         problems += _combination_problems(spec)
@@ -403,7 +409,7 @@ def check_spec(spec: SweepSpec) -> list[Problem]:
             )
         )
     for key in spec.constraints.reference:
-        unknown = _unknown_field(key)
+        unknown = _unknown_field(spec, key)
         if unknown:
             problems.append(Problem(f"constraints.reference.{key}", MISSING, unknown))
     return problems
@@ -428,28 +434,53 @@ def _unknown_override_field(parts: list[str]) -> str | None:
     )
 
 
-def _unknown_field(dotted: str) -> str | None:
-    """None when `dotted` names a RunConfig field, else the message (with a 'did you mean')."""
-    model: Any = RunConfig
+def _unknown_field(spec: SweepSpec, dotted: str) -> str | None:
+    """None when `dotted` names a RunConfig field or an option of the base's workload
+    (`workload_options.KEY`), else the message (with a 'did you mean', or where a key moved)."""
+    moved = moved_key_message(dotted)
+    if moved is not None:
+        return moved
     parts = dotted.split(".")
     if parts[:2] == ["embedding", "overrides"]:
         return _unknown_override_field(parts[2:])
+    if parts[0] == "workload_options" and len(parts) > 1:
+        workload = spec.base_config().workload
+        try:
+            model = options_model(resolve(workload), workload)
+        except WorkloadError as exc:  # the base was built once already: only a plugin that changed since
+            return str(exc)
+        if model is None:
+            return (
+                f"workload {workload!r} takes no options; search a run-config key, or set base.workload to one "
+                "that has this option"
+            )
+        return _unknown_in(model, parts[1:], ["workload_options"], f"not an option of workload {workload!r}")
+    return _unknown_in(RunConfig, parts, [], "not a run config key")
+
+
+def _unknown_in(model: type[BaseModel], parts: list[str], prefix: list[str], what: str) -> str | None:
+    """None when `parts` walk `model`'s fields (sections by their own fields) to a leaf, else why not."""
+    current: Any = model
     for depth, part in enumerate(parts):
-        fields = model.model_fields
+        # a workload's options are given by name or alias (pydantic's own rule); RunConfig by name
+        fields = option_keys(current) if prefix else list(current.model_fields)
         if part not in fields:
-            prefix = ".".join(parts[:depth])
-            candidates = [f"{prefix}.{f}" if prefix else f for f in fields]
-            close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.5)
+            here = [*prefix, *parts[:depth]]
+            candidates = [".".join([*here, f]) for f in fields]
+            close = difflib.get_close_matches(".".join([*prefix, *parts]), candidates, n=1, cutoff=0.5)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            return f"not a run config key; {hint}valid keys here: {', '.join(sorted(fields))}"
-        annotation = fields[part].annotation
+            return f"{what}; {hint}valid keys here: {', '.join(sorted(fields))}"
+        named = current.model_fields.get(part)
+        field = named or next(f for f in current.model_fields.values() if f.alias == part)
+        annotation = field.annotation
         is_section = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        path = ".".join([*prefix, *parts[: depth + 1]])
         if depth < len(parts) - 1:
             if not is_section:
-                return f"{'.'.join(parts[: depth + 1])} has no sub-keys"
-            model = annotation
+                return f"{path} has no sub-keys"
+            current = annotation
         elif is_section:
-            return f"{dotted} is a section; name one of its keys, e.g. {dotted}.{next(iter(annotation.model_fields))}"
+            return f"{path} is a section; name one of its keys, e.g. {path}.{next(iter(annotation.model_fields))}"
     return None
 
 
@@ -535,6 +566,40 @@ def _context_of(base: str) -> int | None:
     since every proposal's config is checked against the budget."""
     context = getattr(build_workload(RunConfig.model_validate(json.loads(base))), "context", None)
     return context if isinstance(context, int) and not isinstance(context, bool) and context > 0 else None
+
+
+def _context_problems(spec: SweepSpec) -> list[Problem]:
+    """With a token budget every trial must have the base's context (the budget is N / context
+    sequences, one split for the whole sweep): a searched option whose value changes it is refused."""
+    budget, context = spec.constraints.effective_batch, spec.sequence_context()
+    if not isinstance(budget, TokenBudget) or context is None:
+        return []
+    out = []
+    for name, param in spec.parameters.items():
+        if name.split(".")[0] != "workload_options":
+            continue
+        candidates = (
+            [(f"values[{i}]", v) for i, v in enumerate(param.values)]
+            if isinstance(param, ChoiceParam)
+            else [("low", param.low), ("high", param.high)]
+        )
+        for label, value in candidates:
+            raw = apply_overrides(spec.base, nest({name: value}))
+            try:
+                other = _context_of(json.dumps(raw, sort_keys=True, default=str))
+            except (WorkloadError, ValidationError):
+                continue  # an invalid value: _value_problems says why
+            if other != context:
+                out.append(
+                    Problem(
+                        f"parameters.{name}.{label}",
+                        value,
+                        f"gives a context of {other} tokens, and constraints.effective_batch.tokens counts rows of "
+                        f"the base's {context}; with a token budget keep the context fixed in base (drop this "
+                        "value), or give constraints.effective_batch as a number of sequences",
+                    )
+                )
+    return out
 
 
 def _token_problems(spec: SweepSpec, budget: TokenBudget) -> list[Problem]:

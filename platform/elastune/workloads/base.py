@@ -1,8 +1,9 @@
 """`elastune.Workload`: what the training loop, the estimator and the tuner need from a model.
 
 Subclass it and override hooks, the way a LightningModule is written: `build_model`, `loss` and the
-data (`data_source()`) are required; every other hook has a default that suits most models. The
-loop calls the hooks and nothing else, so mypy checks an override's signature against these.
+data (a map-style torch Dataset from `dataset()`, or a `data_source()`) are required; every other
+hook has a default that suits most models. The loop calls the hooks and nothing else, so mypy checks
+an override's signature against these.
 
 A batch is whatever the data source produces: any mapping, sequence or dataclass of tensors with a
 leading batch dimension (elastune.data.batch); elastune never looks inside it.
@@ -21,10 +22,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from pydantic import BaseModel
 from torch import nn
+from torch.utils.data import Dataset, default_collate
 
 from elastune.compat import outside_trace
 from elastune.config import RunConfig
 from elastune.data.batch import Batch, batch_device, batch_size, example_like
+from elastune.data.dataset import DatasetSource
 from elastune.data.source import DataSource
 from elastune.embeddings.tables import TableSpec
 from elastune.workloads.quality import EVAL_LOSS, QualityMetric
@@ -38,7 +41,8 @@ __all__ = ["Workload"]
 class Workload:
     """A model family elastune can estimate, train and tune (docs/workloads.md).
 
-    Required: `build_model`, `loss`, `data_source`. Declared with defaults:
+    Required: `build_model`, `loss`, and `dataset` (with `collate`) or `data_source`. Declared with
+    defaults:
 
     * `options_model`: the pydantic model `workload_options` is validated by (None: no options).
     * `quality`: the eval metric the sweep's quality tolerance applies to, with its direction
@@ -67,10 +71,39 @@ class Workload:
         """Mean loss of `batch` (a mean, so micro-batch losses average into the step's loss)."""
         raise NotImplementedError(f"{type(self).__name__} must define loss(model, batch)")
 
+    def dataset(self) -> Dataset[Any] | tuple[Dataset[Any], Dataset[Any]] | None:
+        """A map-style torch Dataset to train on, or (train, held-out). Without a held-out Dataset,
+        `eval.samples` of its items are held out (chosen by `data.seed`). Read through
+        elastune.data.DatasetSource: shuffled per epoch, position-pure (its docstring says what a
+        Dataset must guarantee). Default: None (the workload defines `data_source()`)."""
+        return None
+
+    def collate(self, samples: list[Any]) -> Batch:
+        """The batch of `dataset()` items `samples` (default: torch's default_collate, which stacks
+        equal shapes; a value whose length varies per sample can be an elastune.data.Ragged)."""
+        return default_collate(samples)
+
     def data_source(self) -> DataSource:
         """Where training and held-out samples come from: a pure function of position
-        (elastune.data.DataSource)."""
-        raise NotImplementedError(f"{type(self).__name__} must define data_source()")
+        (elastune.data.DataSource). Default: `dataset()` read through a DatasetSource."""
+        found = self.dataset()
+        name = type(self).__name__
+        if found is None:
+            raise NotImplementedError(
+                f"{name} must define dataset() (a map-style torch Dataset, or (train, held_out)) or data_source()"
+            )
+        if isinstance(found, tuple) and len(found) != 2:
+            raise TypeError(f"{name}.dataset() returned a tuple of {len(found)}; return a Dataset or (train, held_out)")
+        train, held_out = found if isinstance(found, tuple) else (found, None)
+        own = type(self).collate is not Workload.collate  # torch's own: its failures are diagnosed by field
+        return DatasetSource(
+            train,
+            held_out,
+            eval_samples=self.cfg.eval.samples,
+            collate=self.collate if own else default_collate,
+            seed=self.cfg.data.seed,
+            origin=f"{name}.dataset()",
+        )
 
     # -- evaluation -------------------------------------------------------------------------
 

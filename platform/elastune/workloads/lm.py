@@ -15,8 +15,8 @@ Other sources (Criteo's, a table's columns) are DLRM's and are refused.
 A sequence travels in a `TokenBatch` (data/text.py): tokens int64 [B, context] right-padded with
 PAD (0), lengths int64 [B] (at least 2); the targets are the tokens shifted by one.
 
-Knobs (run-config fields a sweep can search):
-- `data.padding: static | dynamic | packed`: attend over the whole context, only up to the longest
+Knobs (its options, `workload_options.KEY`, which a sweep can search like any run-config field):
+- `padding: static | dynamic | packed`: attend over the whole context, only up to the longest
   sequence of the micro-batch, or over the micro-batch's documents laid end to end in rows
   with attention kept inside each document (a block-diagonal causal mask; positions restart per
   document; a document is never cut across rows). Right padding under a causal mask never changes
@@ -26,11 +26,11 @@ Knobs (run-config fields a sweep can search):
   SEEN_SEQUENCES sequences) and of every evaluation batch, splits them into micro-batches as the
   loop does, and prices each micro-batch size at the longest sequence (dynamic) or the most packed
   rows (packed) among them. A later batch longer than all of those is not priced.
-- `data.bucket_by_length` (dynamic padding): a step's sequences are sorted by length before they
+- `bucket_by_length` (dynamic padding): a step's sequences are sorted by length before they
   are split into micro-batches, so short ones pad to short ones (it matters when batch.accum > 1).
-- `model.activation_checkpointing: none | every_block | every_n` (`model.checkpoint_every`): the
+- `activation_checkpointing: none | every_block | every_n` (`checkpoint_every`): the
   blocks' activations are recomputed in the backward instead of kept (torch.utils.checkpoint).
-- `model.tie_embeddings`: the output projection is the token table's weight (strategy `full`
+- `tie_embeddings`: the output projection is the token table's weight (strategy `full`
   only: the others store rows in a form a matmul cannot take).
 Quality: eval perplexity over the held-out sequences' real tokens, lower is better.
 """
@@ -40,11 +40,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import Literal, cast
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, model_validator
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.checkpoint import checkpoint
@@ -55,6 +55,7 @@ from elastune.data.source import DataSource
 from elastune.data.text import DEFAULT_VOCAB, PAD, SyntheticText, TextSource, TokenBatch, text_tokenizer
 from elastune.embeddings.tables import TableSpec, build_tables
 from elastune.workloads.base import Workload
+from elastune.workloads.options import WorkloadOptions
 from elastune.workloads.quality import QualityMetric
 
 __all__ = ["PAD", "LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
@@ -62,10 +63,9 @@ __all__ = ["PAD", "LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "
 SEEN_SEQUENCES = 16_384  # the estimator reads at most this many training sequences' lengths (`seen_shapes`)
 
 
-class LMOptions(BaseModel):
-    """`workload_options` of `workload: lm` (the width is `model.embedding_dim`)."""
-
-    model_config = ConfigDict(extra="forbid")
+class LMOptions(WorkloadOptions):
+    """`workload_options` of `workload: lm` (the width is `model.embedding_dim`): its shape, its
+    data, and the sequence knobs a sweep searches."""
 
     layers: int = Field(2, ge=1, le=96, description="Transformer blocks.")
     heads: int = Field(4, ge=1, le=128, description="Attention heads; model.embedding_dim must divide by it.")
@@ -84,6 +84,41 @@ class LMOptions(BaseModel):
         description="Synthetic text: mean sequence length (log-normal, clipped to context); data.source=text "
         "does not read it.",
     )
+    padding: Literal["static", "dynamic", "packed"] = Field(
+        "static",
+        description="Pad sequences to the context length (static), to the longest of the micro-batch (dynamic), "
+        "or pack the micro-batch's documents into full rows, attention kept inside each document (packed).",
+    )
+    bucket_by_length: bool = Field(
+        False,
+        description="padding=dynamic: sort each step's sequences by length before the micro-batch split, so each "
+        "micro-batch pads less (the step's gradient is the same in any order; it needs batch.accum > 1 to matter).",
+    )
+    activation_checkpointing: Literal["none", "every_block", "every_n"] = Field(
+        "none",
+        description="Recompute blocks' activations in the backward (torch.utils.checkpoint): every block, or every "
+        "checkpoint_every-th; less memory, more compute.",
+    )
+    checkpoint_every: int = Field(
+        2, ge=1, le=64, description="activation_checkpointing=every_n: checkpoint one block in this many."
+    )
+    tie_embeddings: bool = Field(
+        False,
+        description="The output projection is the token table (half the vocabulary parameters; needs "
+        "embedding.strategy=full and optimizer.sparse=adam).",
+    )
+
+    @model_validator(mode="after")
+    def _buckets_need_dynamic_padding(self) -> LMOptions:
+        # A whole-options rule (named `workload_options`, not one key): a sweep draws bucket_by_length
+        # only `when` padding is dynamic, and a value check of bucket_by_length alone must not refuse it.
+        if self.bucket_by_length and self.padding != "dynamic":
+            raise ValueError(
+                f"workload_options.bucket_by_length sorts sequences so that dynamic padding pads less; with "
+                f"workload_options.padding={self.padding!r} it does nothing: set padding to dynamic or drop "
+                "bucket_by_length"
+            )
+        return self
 
 
 def first_fit(lengths: Sequence[int], context: int) -> tuple[list[int], list[int], int]:
@@ -119,7 +154,7 @@ def seen_shapes(cfg_json: str) -> tuple[tuple[int, int, int], ...]:
     effective, micro = cfg.batch.effective, cfg.batch.micro
     for step in range(min(cfg.steps, max(1, SEEN_SEQUENCES // effective))):
         lengths = [int(n) for n in _lengths(source, step * effective, effective)]
-        if cfg.data.bucket_by_length:
+        if workload.options.bucket_by_length:
             lengths.sort()  # arrange_step's order (equal lengths are interchangeable)
         for start in range(0, len(lengths), micro):
             see(lengths[start : start + micro])
@@ -231,20 +266,15 @@ class LMWorkload(Workload):
                 f"model.embedding_dim={width} does not divide into workload_options.heads={options.heads}; "
                 "choose a width that is a multiple of the heads"
             )
-        if cfg.model.tie_embeddings and cfg.embedding.strategy != "full":
+        if options.tie_embeddings and cfg.embedding.strategy != "full":
             raise ValueError(
-                f"model.tie_embeddings needs embedding.strategy=full, not {cfg.embedding.strategy!r}: the output "
-                "projection multiplies by the table, which other strategies do not store as a matrix"
+                f"workload_options.tie_embeddings needs embedding.strategy=full, not {cfg.embedding.strategy!r}: "
+                "the output projection multiplies by the table, which other strategies do not store as a matrix"
             )
-        if cfg.model.tie_embeddings and cfg.optimizer.sparse != "adam":
+        if options.tie_embeddings and cfg.optimizer.sparse != "adam":
             raise ValueError(
-                f"model.tie_embeddings needs optimizer.sparse=adam, not {cfg.optimizer.sparse!r}: the output "
-                "projection gives the tied table a dense gradient, which a row-wise optimizer cannot take"
-            )
-        if cfg.data.bucket_by_length and cfg.data.padding != "dynamic":
-            raise ValueError(
-                f"data.bucket_by_length sorts sequences so that dynamic padding pads less; with "
-                f"data.padding={cfg.data.padding!r} it does nothing: set data.padding=dynamic or drop it"
+                f"workload_options.tie_embeddings needs optimizer.sparse=adam, not {cfg.optimizer.sparse!r}: the "
+                "output projection gives the tied table a dense gradient, which a row-wise optimizer cannot take"
             )
         # the token table: the synthetic vocabulary, or the text tokenizer's real size (cached by validation)
         self.vocab = options.vocab
@@ -262,16 +292,16 @@ class LMWorkload(Workload):
         return 0 if self.cfg.data.eval_path else self.cfg.eval.samples
 
     def build_model(self) -> nn.Module:
-        m = self.cfg.model
+        o = self.options
         embeddings = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
         return TransformerLM(
             embeddings,
             self.vocab,
-            m.embedding_dim,
-            self.options,
-            tie=m.tie_embeddings,
-            checkpointing=m.activation_checkpointing,
-            every=m.checkpoint_every,
+            self.cfg.model.embedding_dim,
+            o,
+            tie=o.tie_embeddings,
+            checkpointing=o.activation_checkpointing,
+            every=o.checkpoint_every,
         )
 
     def data_source(self) -> DataSource:
@@ -282,9 +312,9 @@ class LMWorkload(Workload):
 
     def arrange_step(self, batch: TokenBatch) -> TokenBatch:
         """A step's sequences in the order its micro-batches take them: by length under
-        `data.bucket_by_length` (stable), so a micro-batch's longest sequence is close to its others.
-        Any order gives the step the same gradient (micro-batches are weighted by their targets)."""
-        if not self.cfg.data.bucket_by_length or len(batch) < 2:
+        `workload_options.bucket_by_length` (stable), so a micro-batch's longest sequence is close to
+        its others. Any order gives the step the same gradient (micro-batches are weighted by their targets)."""
+        if not self.options.bucket_by_length or len(batch) < 2:
             return batch
         order = torch.argsort(batch.lengths, stable=True)
         return TokenBatch(batch.tokens[order], batch.lengths[order])
@@ -293,7 +323,7 @@ class LMWorkload(Workload):
         """[B, T]: under dynamic padding only up to the micro-batch's longest sequence (a traced,
         fake batch has no lengths: the longest the run's data shows, `_priced`)."""
         tokens = batch.tokens
-        if self.cfg.data.padding == "dynamic" and len(batch):
+        if self.options.padding == "dynamic" and len(batch):
             longest = self._priced(len(batch))[0] if is_fake(batch.lengths) else int(batch.lengths.max())
             tokens = tokens[:, :longest]
         return tokens
@@ -307,7 +337,7 @@ class LMWorkload(Workload):
 
     def _token_losses(self, model: nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed next-token loss over real tokens, count of real targets)."""
-        if self.cfg.data.padding == "packed" and len(batch):
+        if self.options.padding == "packed" and len(batch):
             if is_fake(batch.lengths):  # the estimator's trace: the most rows the run's data packs into
                 tokens = batch.tokens[: self._priced(len(batch))[1]]
                 segments, positions = torch.zeros_like(tokens), torch.zeros_like(tokens)
@@ -383,15 +413,3 @@ def make_lm(cfg: RunConfig, options: LMOptions) -> LMWorkload:
 
 
 make_lm.options_model = LMOptions  # type: ignore[attr-defined]
-
-
-def lm_only_settings(cfg: RunConfig) -> list[tuple[str, Any]]:
-    """The run-config fields only `workload: lm` reads that `cfg` sets away from their defaults."""
-    m, d = cfg.model, cfg.data
-    named = [
-        ("model.tie_embeddings", m.tie_embeddings, False),
-        ("model.activation_checkpointing", m.activation_checkpointing, "none"),
-        ("data.padding", d.padding, "static"),
-        ("data.bucket_by_length", d.bucket_by_length, False),
-    ]
-    return [(field, value) for field, value, default in named if value != default]

@@ -9,30 +9,45 @@
 
 A factory is called as `factory(cfg, options)` and returns a `Workload` (a `Workload` subclass is
 its own factory). It may declare its own options as a pydantic model in an `options_model`
-attribute; `workload_options` in the run config is validated by it (no model: no options
-accepted). An object of the protocol before `elastune.Workload` still works, for a release, with
-a DeprecationWarning (workloads/legacy.py). Every failure to find, build or validate a
-workload is a `WorkloadError` naming the field and the fix, which `validate.py` reports as a config
-problem before anything runs.
+attribute (best an `elastune.WorkloadOptions`); `workload_options` in the run config is validated
+by it (no model: no options accepted). A key that is not one of the model's fields is refused
+whatever the model's own `extra` setting (a typo must never be silently ignored), with a "did you
+mean"; every problem of the options is reported at once. An object of the protocol before
+`elastune.Workload` still works, for a release, with a DeprecationWarning (workloads/legacy.py).
+Every failure to find, build or validate a workload is a `WorkloadError` naming the field and the
+fix, which `validate.py` reports as a config problem before anything runs.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import Any, Protocol, cast
 
 from pydantic import BaseModel, ValidationError
 
-from elastune.config import RunConfig
+from elastune.config import RunConfig, problems_from_validation
+from elastune.errors import MISSING, Problem
 from elastune.workloads.base import Workload
 from elastune.workloads.dlrm import DLRMWorkload
+from elastune.workloads.hf import HFWorkload
 from elastune.workloads.legacy import REQUIRED, adopt
-from elastune.workloads.lm import LMOptions, lm_only_settings, make_lm
+from elastune.workloads.lm import LMOptions, make_lm
 from elastune.workloads.quality import quality_of
 
-__all__ = ["ENTRY_POINT_GROUP", "WorkloadError", "WorkloadFactory", "build_workload", "resolve", "workload_names"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "WorkloadError",
+    "WorkloadFactory",
+    "build_workload",
+    "option_keys",
+    "option_problems",
+    "options_model",
+    "resolve",
+    "workload_names",
+]
 
 ENTRY_POINT_GROUP = "elastune.workloads"
 
@@ -42,16 +57,16 @@ class WorkloadFactory(Protocol):
 
 
 class WorkloadError(ValueError):
-    """A workload that cannot be found, built or configured; `field` names the config key."""
+    """A workload that cannot be found, built or configured; `field` names the config key.
+    `problems`: every problem found (options report all of theirs at once), the first one first."""
 
-    def __init__(self, field: str, value: Any, message: str) -> None:
+    def __init__(self, field: str, value: Any, message: str, problems: list[Problem] | None = None) -> None:
         super().__init__(message)
         self.field, self.value = field, value
+        self.problems = problems or [Problem(field, value, message)]
 
 
 def _dlrm(cfg: RunConfig, options: Any) -> Workload:
-    for field, value in lm_only_settings(cfg):
-        raise WorkloadError(field, value, f"only workload lm reads {field}; drop it or set workload=lm")
     return DLRMWorkload(cfg)
 
 
@@ -69,7 +84,7 @@ def _lm(cfg: RunConfig, options: Any) -> Workload:
 
 _lm.options_model = LMOptions  # type: ignore[attr-defined]
 
-_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm, "lm": _lm}
+_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm, "lm": _lm, "hf": HFWorkload}
 
 
 def workload_names() -> list[str]:
@@ -141,8 +156,51 @@ def build_workload(cfg: RunConfig) -> Workload:
     return adopted
 
 
-def _options(factory: WorkloadFactory, cfg: RunConfig) -> BaseModel | None:
+def options_model(factory: WorkloadFactory, workload: str) -> type[BaseModel] | None:
+    """The pydantic model the `workload_options` of `factory` (named `workload` in the config) are
+    validated by; None: it takes none."""
     model = getattr(factory, "options_model", None)
+    if model is None or (isinstance(model, type) and issubclass(model, BaseModel)):
+        return model
+    raise WorkloadError(
+        "workload",
+        workload,
+        f"its options_model is {model!r}, not a pydantic model class; subclass elastune.WorkloadOptions",
+    )
+
+
+def option_keys(model: type[BaseModel]) -> list[str]:
+    """The keys `workload_options` may give: each field's name, and its alias where it has one."""
+    return sorted({key for name, field in model.model_fields.items() for key in (name, field.alias) if key})
+
+
+def option_problems(model: type[BaseModel], given: Mapping[str, Any], workload: str) -> list[Problem]:
+    """Every problem of `given` as options of `model`, each named `workload_options.KEY`: keys the
+    model has no field for (refused whatever its `extra` says: a typo would otherwise be dropped or
+    kept unread), then what the model itself refuses in the rest."""
+    keys = option_keys(model)
+    problems = []
+    for key in (k for k in given if k not in keys):
+        close = difflib.get_close_matches(str(key), keys, n=1, cutoff=0.5)
+        hint = f"did you mean 'workload_options.{close[0]}'? " if close else ""
+        problems.append(
+            Problem(
+                f"workload_options.{key}",
+                MISSING,
+                f"not an option of workload {workload!r}; {hint}valid keys: {', '.join(keys) or 'none'}",
+            )
+        )
+    known = {k: v for k, v in given.items() if k in keys}
+    try:
+        model.model_validate(known)
+    except ValidationError as exc:
+        named = problems_from_validation(exc, model, known, prefix="workload_options")
+        problems += [Problem(p.path, p.value, f"{p.message} (options of workload {workload!r})") for p in named]
+    return problems
+
+
+def _options(factory: WorkloadFactory, cfg: RunConfig) -> BaseModel | None:
+    model = options_model(factory, cfg.workload)
     given = cfg.workload_options
     if model is None:
         if given:
@@ -150,16 +208,11 @@ def _options(factory: WorkloadFactory, cfg: RunConfig) -> BaseModel | None:
                 "workload_options", given, f"workload {cfg.workload!r} takes no options; drop workload_options"
             )
         return None
-    try:
-        return cast(BaseModel, model.model_validate(given))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise WorkloadError(
-            f"workload_options.{where}" if where else "workload_options",
-            first.get("input"),
-            f"{first['msg']} (options of workload {cfg.workload!r})",
-        ) from None
+    problems = option_problems(model, given, cfg.workload)
+    if problems:
+        first = problems[0]
+        raise WorkloadError(first.path, first.value, "; ".join(map(str, problems)), problems)
+    return model.model_validate(given)
 
 
 def _callable(name: str, factory: Any) -> WorkloadFactory:

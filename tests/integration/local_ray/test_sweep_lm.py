@@ -31,7 +31,12 @@ def test_the_quick_lm_sweep_searches_the_sequence_knobs(ray_local: Any, tmp_path
     assert record.reference_quality is not None and 1 < record.reference_quality < 256
     searched = [t for t in record.trials if t.trial_id != "reference" and t.status in ("ok", "pruned")]
     assert len(searched) >= 2
-    assert all({"data.padding", "model.activation_checkpointing", "batch.micro"} <= set(t.params) for t in searched)
+    knobs = {"workload_options.padding", "workload_options.activation_checkpointing", "batch.micro"}
+    assert all(knobs <= set(t.params) for t in searched)
+    # the searched options reach each trial's resolved config, beside the base's
+    for t in searched:
+        options = t.config["workload_options"]
+        assert options["padding"] == t.params["workload_options.padding"] and options["context"] == 32
     finished = [t for t in searched if t.status == "ok"]
     assert all(t.quality == pytest.approx(t.metrics["perplexity"]) and t.metrics["tokens"] > 0 for t in finished)
     # throughput in real tokens too (padding excluded): several per sequence, fewer than the context
@@ -53,7 +58,7 @@ def test_an_lm_sweep_on_your_own_text(ray_local: Any, tmp_path: Path) -> None:
     raw["base"]["model"] = {"embedding_dim": 32}
     raw["base"]["eval"] = {"samples": 256}
     raw["base"]["data"] = {"source": "text", "path": str(corpus)}
-    raw["parameters"] = {"data.padding": {"type": "choice", "values": ["static", "packed"]}}
+    raw["parameters"] = {"workload_options.padding": {"type": "choice", "values": ["static", "packed"]}}
     raw["budget"] = {"max_trials": 2, "max_concurrent": 2, "trial_samples": 320}
     raw["confirm"] = {"top": 0}
     uri = f"sqlite:///{tmp_path / 'm.db'}"
