@@ -5,20 +5,25 @@ PY     := $(VENV)/bin/python
 # CUDA build that fits it instead: make TORCH='torch==2.13.0' PIP_TORCH_FLAGS='--index-url ...'
 TORCH  ?= torch==2.13.0
 # The `fbgemm` extra (fbgemm-gpu-cpu 1.8.0, a 6 MB wheel, seconds to install) is part of the set-up so
-# that CI exercises embedding.backend=fbgemm; it must match TORCH (see pyproject.toml).
+# that CI exercises embedding.backend=fbgemm; it must match TORCH (see pyproject.toml). The `hf` extra
+# (transformers: a 13 MB wheel, 126 MB installed, about 8 s) is too, so that CI tests `workload: hf`.
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test test-fast lint bench-estimator clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt examples/two_tower/pyproject.toml
+$(STAMP): pyproject.toml constraints.txt examples/two_tower/pyproject.toml examples/sasrec/pyproject.toml \
+		examples/digits/pyproject.toml examples/movie_ratings/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_TORCH_FLAGS) "$(TORCH)"
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev,fbgemm]'  # the tested versions
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev,fbgemm,hf]'  # the tested versions
 	# The example workload, installed as a user's package would be: `workload: two_tower`
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/two_tower
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/sasrec  # `workload: sasrec`
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/digits  # `workload: digits`
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/movie_ratings  # `workload: movie_ratings`
 	touch $@
 
 # The main job on embedded defaults: the quick sweep on a local Ray, recorded in ./mlflow.db.
