@@ -62,7 +62,10 @@ CONFIGS: list[tuple[str, list[str]]] = [
     ("bf16 micro 8192", ["precision=bf16", "batch.micro=8192"]),
     ("fp16 rows 0.05", ["precision=fp16", "data.rows_scale=0.05"]),
     ("pooling 4 micro 4096", ["data.pooling=4", "batch.micro=4096"]),
-    ("mlp 512-256 micro 8192", ["model.bottom_mlp=[512,256]", "model.top_mlp=[512,256]", "batch.micro=8192"]),
+    (
+        "mlp 512-256 micro 8192",
+        ["workload_options.bottom_mlp=[512,256]", "workload_options.top_mlp=[512,256]", "batch.micro=8192"],
+    ),
     # Every embedding strategy (issue 3: the estimator knows each), with the row-wise sparse optimizer
     # its benchmark uses (bench/embeddings.py); the fbgemm rows only where fbgemm-gpu-cpu imports.
     *((f"strategy {label}", overrides) for label, overrides in STRATEGIES if overrides),

@@ -18,12 +18,11 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # imported: Ray reads it once.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-# A configuration small enough to train in a second or two on two CPU cores.
-TINY = [
+# A configuration small enough to train in a second or two on two CPU cores: ANY_TINY for any
+# workload, TINY for the default one (DLRM) with its MLPs narrowed too.
+ANY_TINY = [
     "data.rows_scale=0.0005",
     "model.embedding_dim=8",
-    "model.bottom_mlp=[16]",
-    "model.top_mlp=[16]",
     "batch.micro=64",
     "batch.accum=1",
     "steps=6",
@@ -31,6 +30,7 @@ TINY = [
     "eval.samples=512",
     "device=cpu",
 ]
+TINY = [*ANY_TINY, "workload_options.bottom_mlp=[16]", "workload_options.top_mlp=[16]"]
 
 
 @pytest.fixture

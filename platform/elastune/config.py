@@ -396,27 +396,13 @@ class DataConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """DLRM shape. The MLPs list hidden widths; the output layers are added for you."""
+    """What every workload's model shares: the width of its embedding tables, which the embedding
+    strategies and the estimator read. A workload's own shape is in its options (`workload_options`:
+    DLRM's MLPs, the LM's blocks and heads)."""
 
     embedding_dim: int = Field(
         16, ge=2, le=1024, description="Embedding width (workload lm: the model width, default 64)."
     )
-    bottom_mlp: list[int] = Field(
-        default_factory=lambda: [64, 32],
-        max_length=16,
-        description="Hidden widths; a last layer maps to embedding_dim.",
-    )
-    top_mlp: list[int] = Field(
-        default_factory=lambda: [64, 32], max_length=16, description="Hidden widths; a last layer maps to 1 logit."
-    )
-
-    @field_validator("bottom_mlp", "top_mlp")
-    @classmethod
-    def _positive_widths(cls, widths: list[int]) -> list[int]:
-        bad = [w for w in widths if not 1 <= w <= 65536]
-        if bad:
-            raise ValueError(f"layer widths must be between 1 and 65536, got {bad}")
-        return widths
 
 
 # The names a config may give; which of them this build has, and what each needs, is the embedding
@@ -623,6 +609,8 @@ WORKLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
 # one is refused with where it went (an unknown key, not an alias: one key per setting), instead of
 # a bare "unknown key". {old key: (workload, its option)}.
 MOVED_KEYS: dict[str, tuple[str, str]] = {
+    "model.bottom_mlp": ("dlrm", "bottom_mlp"),
+    "model.top_mlp": ("dlrm", "top_mlp"),
     "model.tie_embeddings": ("lm", "tie_embeddings"),
     "model.activation_checkpointing": ("lm", "activation_checkpointing"),
     "model.checkpoint_every": ("lm", "checkpoint_every"),
@@ -646,7 +634,7 @@ class RunConfig(_Section):
         "dlrm",
         max_length=200,
         pattern=r"^[A-Za-z_][A-Za-z0-9_.]*(:[A-Za-z_][A-Za-z0-9_]*)?$",
-        description="The model family: a built-in (dlrm), an installed plugin's name (entry-point group "
+        description="The model family: a built-in (dlrm, lm, hf), an installed plugin's name (entry-point group "
         "elastune.workloads), or an import path MODULE:FACTORY.",
     )
     workload_options: dict[str, Any] = Field(
@@ -707,7 +695,7 @@ class RunConfig(_Section):
 
 
 def parse_overrides(items: Sequence[str], *, untrusted: bool = False) -> dict[str, Any]:
-    """`["batch.micro=2048", "model.top_mlp=[64,32]"]` -> nested dict. Values are YAML scalars.
+    """`["batch.micro=2048", "workload_options.top_mlp=[64,32]"]` -> nested dict. Values are YAML scalars.
 
     `untrusted`: the pairs come from a remote client (the web UI, `elastune train --untrusted`), so
     each value is read by elastune.yamlsafe: an anchor, alias, tag or merge key, or a value too long,

@@ -45,6 +45,7 @@ __all__ = [
 # The options a client may set, per built-in workload: none names a file (tests/unit/test_ui_hostile.py
 # checks each is a field of that workload's options model, and not path-typed).
 CLIENT_OPTIONS: dict[str, frozenset[str]] = {
+    "dlrm": frozenset({"bottom_mlp", "top_mlp"}),
     "lm": frozenset(
         {
             "layers",
@@ -78,8 +79,6 @@ CLIENT_KEYS: frozenset[str] = frozenset(
         "data.prefetch",
         "data.pin_memory",
         "model.embedding_dim",
-        "model.bottom_mlp",
-        "model.top_mlp",
         "embedding.strategy",
         "embedding.dtype",
         "embedding.buckets",

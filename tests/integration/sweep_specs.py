@@ -10,7 +10,8 @@ import yaml
 TINY_BASE: dict[str, Any] = {
     "device": "cpu",
     "data": {"rows_scale": 0.005},
-    "model": {"embedding_dim": 8, "bottom_mlp": [16], "top_mlp": [16]},
+    "model": {"embedding_dim": 8},
+    "workload_options": {"bottom_mlp": [16], "top_mlp": [16]},  # DLRM's: drop them for another workload
     "eval": {"samples": 512},
     "warmup_steps": 1,
 }

@@ -118,8 +118,8 @@ def test_searched_ranges_are_finite_and_bounded(
         (["embedding.strategy=cached", f"embedding.cache_rows={HUGE}"], "embedding.cache_rows"),
         (["embedding.strategy=hashed", "embedding.compression=.inf"], "embedding.compression"),
         ([f"eval.samples={HUGE}"], "eval.samples"),
-        ([f"model.top_mlp=[{HUGE}]"], "model.top_mlp"),
-        (["model.top_mlp=[" + ",".join(["8"] * 40) + "]"], "model.top_mlp"),
+        ([f"workload_options.top_mlp=[{HUGE}]"], "workload_options.top_mlp"),
+        (["workload_options.top_mlp=[" + ",".join(["8"] * 40) + "]"], "workload_options.top_mlp"),
     ],
 )
 def test_run_config_numbers_are_finite_and_bounded(

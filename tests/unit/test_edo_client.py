@@ -132,7 +132,11 @@ def test_demand_validates() -> None:
 def test_plan_demand_prices_the_configured_and_the_smallest_shape(tiny_cfg: MakeCfg) -> None:
     from elastune.edo.client import plan_demand
 
-    wide = ("model.embedding_dim=64", "model.bottom_mlp=[64]", "model.top_mlp=[64]")  # activations that count
+    wide = (
+        "model.embedding_dim=64",
+        "workload_options.bottom_mlp=[64]",
+        "workload_options.top_mlp=[64]",
+    )  # activations that count
     full = plan_demand(tiny_cfg("batch.micro=1024", *wide))
     assert (full.min_micro, full.min_cache_fraction) == (128, 1.0)  # micro / 8; no cache to shrink
     assert 0 < full.min_bytes < full.want_bytes

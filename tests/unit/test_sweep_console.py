@@ -22,9 +22,9 @@ from tests.unit.test_tracking_mlflow import make_sweep, record_sweep
 
 # the quick LM sweep's keys: the longest names and values a shipped spec searches
 LM_PARAMS = {
-    "data.padding": "dynamic",
-    "data.bucket_by_length": True,
-    "model.activation_checkpointing": "every_block",
+    "workload_options.padding": "dynamic",
+    "workload_options.bucket_by_length": True,
+    "workload_options.activation_checkpointing": "every_block",
     "embedding.strategy": "half",
     "optimizer.sparse": "rowwise_adagrad",
     "precision": "bf16",

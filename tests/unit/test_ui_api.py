@@ -374,9 +374,9 @@ def test_sweep_argv_is_built_from_validated_fields_only(spec_dir: Path) -> None:
 
 
 def test_train_overrides_are_quoted_for_the_shell(spec_dir: Path) -> None:
-    job = TrainJob(sets=["model.top_mlp=[64, 32]"])
+    job = TrainJob(sets=["workload_options.top_mlp=[64, 32]"])
     plan = plan_launch(job, spec_dir=spec_dir, python="python", tracking_uri=None)
-    assert plan.entrypoint == "python -m elastune.jobs.train --untrusted --set 'model.top_mlp=[64, 32]'"
+    assert plan.entrypoint == "python -m elastune.jobs.train --untrusted --set 'workload_options.top_mlp=[64, 32]'"
 
 
 # ---- memory -------------------------------------------------------------------------------

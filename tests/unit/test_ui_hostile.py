@@ -129,7 +129,7 @@ def test_the_allowlist_holds_no_field_that_names_a_file() -> None:
 
 
 def test_allowed_overrides_pass_the_allowlist() -> None:
-    assert override_problems(["batch.micro=512", "optimizer.lr=0.01", "model.top_mlp=[8]"]) == []
+    assert override_problems(["batch.micro=512", "optimizer.lr=0.01", "workload_options.top_mlp=[8]"]) == []
 
 
 def test_a_planted_best_config_is_refused_before_launch(store: str, spec_dir: Path) -> None:

@@ -235,12 +235,16 @@ def test_help_and_readme_say_what_the_ui_talks_to(capsys: pytest.CaptureFixture[
     [
         ("seed=&a [*a]", "sets.seed", "anchor"),  # a list that contains itself (was a 500)
         ("seed=*a", "sets.seed", "alias"),
-        ("model.top_mlp=" + BILLION_LAUGHS.replace("\n", ", ").join("{}"), "sets.model.top_mlp", "anchor"),
+        (
+            "workload_options.top_mlp=" + BILLION_LAUGHS.replace("\n", ", ").join("{}"),
+            "sets.workload_options.top_mlp",
+            "anchor",
+        ),
         ("seed=!!python/object/apply:os.system [true]", "sets.seed", "tag"),
         ("seed=!!int 3", "sets.seed", "tag"),
         ("batch={<<: {micro: 8}}", "sets.batch", "merge key"),
-        ("model.top_mlp=" + "[" * 40 + "]" * 40, "sets.model.top_mlp", "deep"),
-        ("model.top_mlp=[" + ",".join(["8"] * 200) + "]", "sets.model.top_mlp", "values"),
+        ("workload_options.top_mlp=" + "[" * 40 + "]" * 40, "sets.workload_options.top_mlp", "deep"),
+        ("workload_options.top_mlp=[" + ",".join(["8"] * 200) + "]", "sets.workload_options.top_mlp", "values"),
     ],
 )
 def test_client_yaml_with_anchors_aliases_tags_or_merge_keys_is_refused_unexpanded(
@@ -258,11 +262,11 @@ def test_a_billion_laughs_body_is_refused_before_it_grows(client: TestClient) ->
     echoed back, a 12 MB error body and 769 MB held by the UI. Refused at its first anchor here."""
     levels = ['&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     levels += [f"&{n} [{','.join([f'*{p}'] * 9)}]" for p, n in zip("abc", "bcd", strict=True)]
-    item = f"model.top_mlp=[{', '.join(levels)}]"
+    item = f"workload_options.top_mlp=[{', '.join(levels)}]"
     assert len(item) < 250
     response = client.post("/api/jobs", json={"kind": "train", "sets": [item]})
     assert len(response.content) <= 4096, len(response.content)
-    assert "anchor" in _problems(response)["sets.model.top_mlp"]["message"]
+    assert "anchor" in _problems(response)["sets.workload_options.top_mlp"]["message"]
 
 
 def test_every_error_body_is_at_most_4_kb_and_says_what_it_left_out(client: TestClient) -> None:

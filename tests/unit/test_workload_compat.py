@@ -12,7 +12,7 @@ import pytest
 from elastune.validate import load_run_config
 from elastune.workloads.legacy import LegacyWorkload, adopt
 
-from tests.conftest import TINY
+from tests.conftest import ANY_TINY as TINY
 
 OLD = "tests.unit.plugin_workload.old_protocol"
 

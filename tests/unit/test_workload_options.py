@@ -24,7 +24,7 @@ from elastune.workloads import build_workload
 from elastune.workloads.lm import LMOptions
 from pydantic import ValidationError
 
-from tests.conftest import TINY
+from tests.conftest import ANY_TINY as TINY
 
 ROOT = Path(__file__).resolve().parents[2]
 TOWER = "tests.unit.plugin_workload.tower:make_workload"
@@ -110,33 +110,39 @@ def test_an_option_is_set_by_its_dotted_key() -> None:
 
 
 @pytest.mark.parametrize(
-    ("old", "value", "new"),
+    ("workload", "old", "value", "new"),
     [
-        ("model.tie_embeddings", True, "tie_embeddings"),
-        ("model.activation_checkpointing", "every_block", "activation_checkpointing"),
-        ("model.checkpoint_every", 3, "checkpoint_every"),
-        ("data.padding", "dynamic", "padding"),
-        ("data.bucket_by_length", True, "bucket_by_length"),
+        ("lm", "model.tie_embeddings", True, "tie_embeddings"),
+        ("lm", "model.activation_checkpointing", "every_block", "activation_checkpointing"),
+        ("lm", "model.checkpoint_every", 3, "checkpoint_every"),
+        ("lm", "data.padding", "dynamic", "padding"),
+        ("lm", "data.bucket_by_length", True, "bucket_by_length"),
+        ("dlrm", "model.bottom_mlp", [32], "bottom_mlp"),
+        ("dlrm", "model.top_mlp", [32], "top_mlp"),
     ],
 )
 def test_an_old_config_file_with_a_moved_knob_is_refused_naming_the_new_key(
-    old: str, value: Any, new: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    workload: str, old: str, value: Any, new: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     section, key = old.split(".")
     path = tmp_path / "old.yaml"
-    path.write_text(yaml.safe_dump({"workload": "lm", section: {key: value}}))
+    path.write_text(yaml.safe_dump({"workload": workload, section: {key: value}}))
     assert main(["estimate", str(path)]) == 2
-    assert f"{old}: moved to workload_options.{new} (workload lm)" in capsys.readouterr().err
+    assert f"{old}: moved to workload_options.{new} (workload {workload})" in capsys.readouterr().err
 
 
-def test_the_run_config_holds_no_lm_knob() -> None:
-    """The LM's knobs are its options, and each moved key's new home is an LMOptions field."""
+def test_the_run_config_holds_no_lm_or_dlrm_knob() -> None:
+    """The LM's and DLRM's knobs are their options, and each moved key's new home is a field of
+    that workload's options model."""
     from elastune.config import MOVED_KEYS
+    from elastune.workloads.dlrm import DLRMOptions
 
+    models = {"lm": LMOptions, "dlrm": DLRMOptions}
     for old, (workload, option) in MOVED_KEYS.items():
         section, key = old.split(".")
         assert key not in RunConfig.model_fields[section].annotation.model_fields, old
-        assert workload == "lm" and option in LMOptions.model_fields, old
+        assert option in models[workload].model_fields, old
+    assert {w for w, _ in MOVED_KEYS.values()} == set(models)
 
 
 # ---- sweeps -----------------------------------------------------------------------------------
@@ -186,9 +192,9 @@ def test_a_spec_names_an_unknown_option(key: str, says: str) -> None:
 
 def test_a_workload_without_options_has_none_to_search() -> None:
     raw = tower_spec()
-    raw["base"] = {"model": {"embedding_dim": 8}, "data": {"rows_scale": 0.001}}
+    raw["base"]["workload"] = TOWER.replace(":make_workload", ":wrong_metric")  # a factory that declares none
     (only,) = _problems(raw)
-    assert only.startswith("parameters.workload_options.hidden: workload 'dlrm' takes no options"), only
+    assert only.startswith(f"parameters.workload_options.hidden: workload {raw['base']['workload']!r} takes no"), only
 
 
 def test_an_old_spec_with_a_moved_knob_is_refused_naming_the_new_key() -> None:

@@ -14,7 +14,7 @@ from elastune.untrusted import override_problems, stored_config_problems
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload, workload_names
 
-from tests.conftest import TINY
+from tests.conftest import ANY_TINY as TINY
 
 TOWER = "tests.unit.plugin_workload.tower"
 
@@ -69,7 +69,8 @@ def test_the_plugin_is_listed_and_built_with_its_options(plugin: str) -> None:
         (["workload=os.system; rm -rf ~"], "workload", "string should match pattern"),
         ([f"workload={TOWER}:make_workload", "workload_options={hidden: lots}"], "workload_options.hidden", "integer"),
         ([f"workload={TOWER}:make_workload", "workload_options={depth: 3}"], "workload_options.depth", "not an option"),
-        (["workload_options={hidden: 8}"], "workload_options", "workload 'dlrm' takes no options"),
+        ([f"workload={TOWER}:wrong_metric", "workload_options={hidden: 8}"], "workload_options", "takes no options"),
+        (["workload_options={hidden: 8}"], "workload_options.hidden", "not an option of workload 'dlrm'"),
         ([f"workload={TOWER}:untyped_metric"], "workload", "UntypedMetric.quality is a tuple; declare it as"),
     ],
 )

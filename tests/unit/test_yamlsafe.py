@@ -78,11 +78,13 @@ def test_text_that_is_not_yaml_is_a_yaml_error_not_a_refusal() -> None:
 
 def test_untrusted_overrides_name_the_key_and_trusted_ones_are_unchanged() -> None:
     with pytest.raises(ConfigError) as refused:
-        parse_overrides(["steps=10", "seed=&a [*a]", "model.top_mlp=!!python/name:os.system"], untrusted=True)
-    assert {p.path for p in refused.value.problems} == {"seed", "model.top_mlp"}
+        parse_overrides(
+            ["steps=10", "seed=&a [*a]", "workload_options.top_mlp=!!python/name:os.system"], untrusted=True
+        )
+    assert {p.path for p in refused.value.problems} == {"seed", "workload_options.top_mlp"}
     # The command line's own --set (a person's, trusted) reads YAML as it always did.
     assert parse_overrides(["seed=&a 3"]) == {"seed": 3}
-    assert parse_overrides(["model.top_mlp=[64, 32]", "x=a: ["], untrusted=True) == {
-        "model": {"top_mlp": [64, 32]},
+    assert parse_overrides(["workload_options.top_mlp=[64, 32]", "x=a: ["], untrusted=True) == {
+        "workload_options": {"top_mlp": [64, 32]},
         "x": "a: [",  # not YAML: kept as text, for validation to name
     }

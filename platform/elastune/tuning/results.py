@@ -47,8 +47,8 @@ SHORT_NAMES = {
     "embedding.strategy": "strategy",
     "optimizer.sparse": "sparse opt",
     "optimizer.dense": "dense opt",
-    "model.activation_checkpointing": "checkpointing",
-    "data.bucket_by_length": "buckets",
+    "workload_options.activation_checkpointing": "checkpointing",
+    "workload_options.bucket_by_length": "buckets",
     "model.embedding_dim": "dim",
     "data.loader_workers": "workers",
 }

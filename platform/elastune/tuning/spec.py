@@ -124,7 +124,11 @@ class Constraints(_Section):
         description="Peak memory a trial may use (512MiB, 2GiB, 1.5GB or bytes); none = no ceiling.",
     )
     quality_tolerance: float | None = Field(
-        0.02, ge=0, le=1, description="Eval log loss at most this fraction above the reference's; none = off."
+        0.02,
+        ge=0,
+        le=1,
+        description="The workload's quality metric (DLRM: eval log loss; its own for any other) no worse than the "
+        "reference's by more than this share of the reference's value, in the metric's direction; none = off.",
     )
     reference: dict[str, Any] = Field(
         default_factory=dict, description="Dotted overrides of `base` that make the reference config."

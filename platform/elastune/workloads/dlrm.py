@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from pydantic import Field, field_validator
 from torch import nn
 from torch.nn import functional as F
 
@@ -29,12 +30,39 @@ from elastune.data.synthetic import SyntheticCriteo
 from elastune.data.table import TableSource, table_layout
 from elastune.embeddings.tables import TableSpec, build_tables
 from elastune.workloads.base import Workload
+from elastune.workloads.options import WorkloadOptions
 from elastune.workloads.quality import LOGLOSS
 
 if TYPE_CHECKING:
     from torchmetrics import Metric
 
-__all__ = ["DLRM", "DLRMWorkload", "mlp"]
+__all__ = ["DLRM", "DLRMOptions", "DLRMWorkload", "mlp"]
+
+MAX_WIDTH = 65536  # one hidden layer's width
+
+
+class DLRMOptions(WorkloadOptions):
+    """`workload_options` of `workload: dlrm`: the MLPs' hidden widths (the width of the embeddings
+    and of the bottom MLP's output is `model.embedding_dim`); the output layers are added for you."""
+
+    bottom_mlp: list[int] = Field(
+        default_factory=lambda: [64, 32],
+        max_length=16,
+        description="Hidden widths of the MLP over the dense features; a last layer maps to model.embedding_dim.",
+    )
+    top_mlp: list[int] = Field(
+        default_factory=lambda: [64, 32],
+        max_length=16,
+        description="Hidden widths of the MLP over the interaction; a last layer maps to 1 logit.",
+    )
+
+    @field_validator("bottom_mlp", "top_mlp")
+    @classmethod
+    def _positive_widths(cls, widths: list[int]) -> list[int]:
+        bad = [w for w in widths if not 1 <= w <= MAX_WIDTH]
+        if bad:
+            raise ValueError(f"layer widths must be between 1 and {MAX_WIDTH}, got {bad}")
+        return widths
 
 
 def mlp(widths: Sequence[int], *, last_activation: bool) -> nn.Sequential:
@@ -85,11 +113,13 @@ class DLRMWorkload(Workload):
     (`data.source: table`): then its dense width is len(data.schema.dense) and its tables are the
     source's, one per categorical / multi_hot column, named as the column."""
 
+    options_model = DLRMOptions
+    options: DLRMOptions
     quality = LOGLOSS
     eval_loss_name = "logloss"  # the mean eval BCE is the log loss
 
-    def __init__(self, cfg: RunConfig, options: Any = None) -> None:
-        super().__init__(cfg, options)
+    def __init__(self, cfg: RunConfig, options: DLRMOptions | None = None) -> None:
+        super().__init__(cfg, options if options is not None else DLRMOptions())
         d = cfg.data
         self._layout = table_layout(d) if d.source == "table" else None
         criteo = tuple(d.table_rows) if d.table_rows else table_sizes(d.rows_scale)
@@ -109,11 +139,11 @@ class DLRMWorkload(Workload):
         return [TableSpec(f"{prefix}{i + 1}", rows, dim) for i, rows in enumerate(self._sizes)]
 
     def build_model(self) -> nn.Module:
-        m = self.cfg.model
+        o = self.options
         emb = build_tables(self.tables, self.cfg.embedding, self.cfg.optimizer.sparse)
         with warnings.catch_warnings():  # a table source may have no dense column: a 0-wide first layer
             warnings.filterwarnings("ignore", "Initializing zero-element tensors is a no-op", UserWarning)
-            return DLRM(self.num_dense, emb, m.embedding_dim, m.bottom_mlp, m.top_mlp)
+            return DLRM(self.num_dense, emb, self.cfg.model.embedding_dim, o.bottom_mlp, o.top_mlp)
 
     def data_source(self) -> DataSource:
         d = self.cfg.data

@@ -66,10 +66,6 @@ class WorkloadError(ValueError):
         self.problems = problems or [Problem(field, value, message)]
 
 
-def _dlrm(cfg: RunConfig, options: Any) -> Workload:
-    return DLRMWorkload(cfg)
-
-
 def _lm(cfg: RunConfig, options: Any) -> Workload:
     if cfg.data.source not in ("synthetic", "text"):
         raise WorkloadError(
@@ -84,7 +80,7 @@ def _lm(cfg: RunConfig, options: Any) -> Workload:
 
 _lm.options_model = LMOptions  # type: ignore[attr-defined]
 
-_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": _dlrm, "lm": _lm, "hf": HFWorkload}
+_BUILTIN: dict[str, Callable[..., Workload]] = {"dlrm": DLRMWorkload, "lm": _lm, "hf": HFWorkload}
 
 
 def workload_names() -> list[str]:

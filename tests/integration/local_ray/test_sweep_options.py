@@ -22,7 +22,7 @@ TOWER = "tests.unit.plugin_workload.tower:make_workload"
 
 def test_a_sweep_searches_a_workload_option(ray_local: Any, tmp_path: Path) -> None:
     raw = tiny_spec(name="tiny-options")
-    raw["base"] = {**TINY_BASE, "workload": TOWER, "batch": {"micro": 64}}
+    raw["base"] = {**TINY_BASE, "workload": TOWER, "workload_options": {}, "batch": {"micro": 64}}
     raw["parameters"] = {"workload_options.hidden": {"type": "choice", "values": [4, 32]}}
     raw["constraints"] = {"quality_tolerance": 0.5, "reference": {"workload_options.hidden": 4}}
     raw["budget"] = {"max_trials": 2, "max_concurrent": 2, "trial_samples": 384}
