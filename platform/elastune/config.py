@@ -599,9 +599,12 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 # Defaults of a built-in workload that differ from the table above, used where a config leaves the
 # field out: DLRM's micro-batch of 1024 samples would be 1024 sequences of the LM (a 6.5 GiB step,
 # 45 minutes for `elastune train` on a laptop CPU), its 65,536 eval samples as many held-out
-# documents (longer than the training), and its 16-wide embeddings 4-wide heads.
+# documents (longer than the training), and its 16-wide embeddings 4-wide heads. Defaults of a
+# general key only: a workload's own knobs are its options.
 WORKLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "lm": {"batch": {"micro": 32}, "model": {"embedding_dim": 64}, "eval": {"samples": 2048}}
+    "lm": {"batch": {"micro": 32}, "model": {"embedding_dim": 64}, "eval": {"samples": 2048}},
+    # hf: sequences too (its width is its model config's, so model.embedding_dim stays unset)
+    "hf": {"batch": {"micro": 32}, "eval": {"samples": 2048}},
 }
 
 
