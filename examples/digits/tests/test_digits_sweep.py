@@ -82,3 +82,17 @@ def test_a_sweep_is_judged_by_accuracy(
         assert {"val_accuracy", "val_macro_f1"} <= set(run.data.metrics), run.data.metrics
         assert "val_logloss" not in run.data.metrics
         assert run.data.params["workload"] == "digits"
+
+    # The web UI over the same store: it offers the example's spec to launch and shows the sweep by
+    # its own metrics (the sweep page's columns come from these: ui/static/sweep.js)
+    from elastune.ui import UISettings, create_app
+    from fastapi.testclient import TestClient
+
+    specs = Path(__file__).resolve().parents[1] / "search_spaces"
+    with TestClient(create_app(UISettings(tracking_uri=uri, spec_dir=specs, allowed_hosts=("testserver",)))) as ui:
+        assert [s["name"] for s in ui.get("/api/specs").json()] == ["digits_quick"]
+        detail = ui.get(f"/api/sweeps/{result['sweep_id']}").json()
+        assert (detail["quality_metric"], detail["reference_quality"]) == ("accuracy", result["reference_quality"])
+        shown = {name for t in detail["trials"] for name in t["metrics"]}
+        assert shown == {"accuracy", "macro_f1", "cross_entropy"}, shown
+        assert ui.get(f"/sweeps/{result['sweep_id']}").status_code == 200
