@@ -113,6 +113,7 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
             "tables": {"count": len(tables), "rows": sum(tables), "bytes": table_bytes}
             | ({"by_name": named} if named else {}),
             "breakdown": est.breakdown,
+            "overhead": est.overhead,
             "traced_peak_bytes": est.traced_peak_bytes,
             "seconds": est.seconds,
             "config": cfg.to_dict(),
@@ -132,8 +133,23 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
             for spec in (specs or []) if named else []:
                 size = _table_bytes(cfg, [spec], (spec.rows,))
                 table.add_row(f"    {spec.name} ({spec.rows:,} rows)", f"{size:,}", human_bytes(size))
+        if part == "other":  # the overhead model's terms, each named (memory/overhead.py)
+            for term, term_size in est.overhead.items():
+                label = f"  {OVERHEAD_LABELS.get(term, term.replace('_', ' '))}"
+                table.add_row(label, f"{term_size:,}", human_bytes(term_size))
     table.add_row("[bold]peak[/]", f"[bold]{est.peak_bytes:,}[/]", f"[bold]{human_bytes(est.peak_bytes)}[/]")
     out.print(table)
+
+
+# How `elastune estimate` names the overhead model's terms (memory/overhead.py `other_parts`).
+OVERHEAD_LABELS = {
+    "runtime": "runtime (torch, autograd, data, kernels' scratch)",
+    "activation_holes": "heap: freed activation blocks",
+    "gradient_holes": "heap: freed gradient blocks",
+    "heap_rounding": "heap: page and chunk rounding",
+    "onednn_cache": "oneDNN primitive cache",
+    "allocator": "caching allocator: rounding, fragmentation, kernels' buffers",
+}
 
 
 def _table_bytes(cfg: RunConfig, specs: Any, sizes: tuple[int, ...]) -> int:

@@ -6,7 +6,8 @@ replay through the caching allocator's model on CUDA). How close it comes is mea
 bench/estimator.py (figures in bench/RESULTS.md).
 
 The breakdown attributes the live bytes at the traced peak to parameters, gradients, optimizer
-state and activations; `other` is the overhead model, so the parts sum to `peak_bytes`.
+state and activations; `other` is the overhead model, so the parts sum to `peak_bytes`, and
+`overhead` names its terms (runtime, heap holes and rounding, the allocator: overhead.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 
 from elastune.config import RunConfig
 from elastune.memory.live_bytes import PARTS
-from elastune.memory.overhead import other_bytes
+from elastune.memory.overhead import other_parts
 from elastune.memory.trace import distinct_rows, trace
 from elastune.training.precision import resolve_device
 
@@ -34,6 +35,7 @@ class Estimate:
     traced_peak_bytes: int  # live tensor bytes at the traced high-water mark
     transient_peak_bytes: int  # most bytes forward + backward hold at once beyond the model's
     seconds: float  # how long the estimate took
+    overhead: dict[str, int]  # breakdown["other"] by its named terms (memory/overhead.py `other_parts`)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +43,7 @@ class Estimate:
             "kind": self.kind,
             "traced_peak_bytes": self.traced_peak_bytes,
             "breakdown": dict(self.breakdown),
+            "overhead": dict(self.overhead),
             "seconds": round(self.seconds, 3),
         }
 
@@ -54,8 +57,8 @@ def estimate(cfg: RunConfig, device: torch.device | None = None, *, virtual: boo
     tracker = trace(cfg, cuda)
     parts = tracker.classify()
     traced = tracker.peak
-    other = other_bytes(cfg, tracker, cuda=cuda, virtual=virtual)
-    breakdown = {**parts, "other": other}
+    overhead = other_parts(cfg, tracker, cuda=cuda, virtual=virtual)
+    breakdown = {**parts, "other": sum(overhead.values())}
     return Estimate(
         peak_bytes=sum(breakdown.values()),
         kind="cuda_reserved" if cuda else "cpu_rss_hwm",
@@ -63,4 +66,5 @@ def estimate(cfg: RunConfig, device: torch.device | None = None, *, virtual: boo
         traced_peak_bytes=traced,
         transient_peak_bytes=tracker.transient_peak,
         seconds=time.perf_counter() - started,
+        overhead=overhead,
     )

@@ -52,7 +52,7 @@ import torch
 from elastune.config import RunConfig
 from elastune.memory.live_bytes import LiveBytes
 
-__all__ = ["CPU_FIT", "CpuFit", "CpuInputs", "cpu_inputs", "cpu_other", "other_bytes"]
+__all__ = ["CPU_FIT", "CpuFit", "CpuInputs", "cpu_inputs", "cpu_other", "cpu_other_parts", "other_bytes", "other_parts"]
 
 _MiB = 2**20
 _VIRTUAL_FIXED = 5 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
@@ -101,28 +101,55 @@ def cpu_inputs(cfg: RunConfig, tracker: LiveBytes) -> CpuInputs:
     )
 
 
-def cpu_other(x: CpuInputs, fit: CpuFit = CPU_FIT) -> int:
-    """The CPU heap model: resident bytes at the peak beyond the traced peak."""
+def cpu_other_parts(x: CpuInputs, fit: CpuFit = CPU_FIT) -> dict[str, float]:
+    """The CPU heap model's terms, each named (`elastune estimate` shows them under `other`):
+    `runtime` (the fitted fixed amount, with the row-wise optimizer's fitted offset), the heap's
+    `activation_holes` and `gradient_holes`, and `heap_rounding`."""
     # Activation holes belong to the training steps: where the build's scratch (int8's fp32 init
     # chunks) or the evaluation reach a higher traced peak, the heap's top is the higher of the two.
     with_holes = max(x.traced, x.train_peak + fit.activation_share * x.heap_activations)
-    return int(
-        fit.fixed
-        + (fit.row_optimizer if x.row_optimizer else 0)
-        + (with_holes - x.traced)
-        + fit.traced_share * x.traced
-        + fit.gradient_share * x.heap_gradients
-    )
+    return {
+        "runtime": fit.fixed + (fit.row_optimizer if x.row_optimizer else 0),
+        "activation_holes": with_holes - x.traced,
+        "heap_rounding": fit.traced_share * x.traced,
+        "gradient_holes": fit.gradient_share * x.heap_gradients,
+    }
+
+
+def cpu_other(x: CpuInputs, fit: CpuFit = CPU_FIT) -> int:
+    """The CPU heap model: resident bytes at the peak beyond the traced peak."""
+    total = 0.0
+    for term in cpu_other_parts(x, fit).values():  # summed in the model's order, as fitted
+        total += term
+    return int(total)
 
 
 def other_bytes(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool) -> int:
     """What the device holds at its peak beyond `tracker`'s traced peak (see the module docstring)."""
+    return sum(other_parts(cfg, tracker, cuda=cuda, virtual=virtual).values())
+
+
+def other_parts(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool) -> dict[str, int]:
+    """`other_bytes`, by its named terms (they sum to it):
+
+    - CPU: `runtime` (fitted: torch's runtime, autograd bookkeeping, the data stream, kernels'
+      scratch; lower with a row-wise sparse optimizer), `activation_holes` and `gradient_holes` (heap
+      blocks freed and not yet reused), `heap_rounding` (page and chunk rounding);
+    - virtual device: `runtime` (measured), and `onednn_cache` where bf16 / fp16 matmuls run through
+      oneDNN;
+    - CUDA: `allocator` (the caching allocator's rounding and fragmentation, and what kernels
+      allocate beyond the traced tensors, from the replay).
+    """
     if cuda:
         assert tracker.cuda is not None
-        return max(0, tracker.cuda.peak_reserved - tracker.peak)
+        return {"allocator": max(0, tracker.cuda.peak_reserved - tracker.peak)}
     if virtual:
-        return _VIRTUAL_FIXED + (_VIRTUAL_ONEDNN if _onednn_matmuls(cfg.precision) else 0)
-    return cpu_other(cpu_inputs(cfg, tracker))
+        onednn = _onednn_matmuls(cfg.precision)
+        return {"runtime": _VIRTUAL_FIXED} | ({"onednn_cache": _VIRTUAL_ONEDNN} if onednn else {})
+    x = cpu_inputs(cfg, tracker)
+    parts = {name: int(value) for name, value in cpu_other_parts(x).items()}
+    parts["runtime"] += cpu_other(x) - sum(parts.values())  # the terms' rounding: they sum to the model's figure
+    return parts
 
 
 def _onednn_matmuls(precision: str) -> bool:
