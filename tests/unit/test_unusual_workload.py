@@ -2,7 +2,7 @@
 nested-dict items holding a variable number of ids each, joined into a Ragged by its own collate)
 and an unusual metric (a regression judged by RMSE, lower is better; a classifier judged by
 accuracy, higher is better) trains and is estimated through the command line, as a user would run
-it (tests/unit/plugin_workload/unusual.py). tests/integration/local_ray/test_sweep_general.py sweeps it."""
+it (tests/unit/plugin_workload/unusual.py). tests/integration/workloads/test_sweep_general.py sweeps it."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ sweep, and `elastune train` once it has trained (it prices the run beside its me
 test_unusual_workload.py marks it.
 
 Used by tests/unit/test_unusual_workload.py, tests/unit/test_dataset_source.py and
-tests/integration/local_ray/test_sweep_general.py (as import paths)."""
+tests/integration/workloads/test_sweep_general.py (as import paths)."""
 
 from __future__ import annotations
 
