@@ -164,6 +164,21 @@ def test_the_state_folder_and_its_spec_are_private(tmp_path: Path) -> None:
     assert [p.name for p in state.iterdir()] == [SPEC_FILE]  # no temporary file left
 
 
+def test_the_kept_spec_keeps_its_parameter_order(tmp_path: Path) -> None:
+    """A gated parameter must follow its gate; search_spaces/lm_quick.yaml's gate sorts after it, so
+    a spec kept with sorted keys read back as invalid and `--from-sweep` refused the sweep."""
+    raw = tiny_spec()
+    raw["parameters"] = {
+        "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+        "optimizer.sparse": {"type": "choice", "values": ["sgd", "rowwise_adagrad"], "when": {"precision": ["bf16"]}},
+        "batch.micro": raw["parameters"]["batch.micro"],
+    }
+    spec = validate_sweep_spec(raw)
+    state = create_state(tmp_path / "sweeps", SWEEP_ID, spec)
+    kept = read_local_spec(state)
+    assert kept is not None and list(kept.parameters) == ["precision", "optimizer.sparse", "batch.micro"]
+
+
 def test_a_spec_file_elastune_did_not_write_is_refused(tmp_path: Path) -> None:
     state = create_state(tmp_path / "sweeps", SWEEP_ID, validate_sweep_spec(tiny_spec()))
     (state / SPEC_FILE).write_text("[1, 2")

@@ -82,7 +82,8 @@ def create_state(home: Path, sweep_id: str, spec: SweepSpec) -> Path:
 
 def write_local_spec(state: Path, spec: SweepSpec) -> None:
     """`spec.json` in the state folder, written whole or not at all (elastune/files.py)."""
-    text = json.dumps(spec.model_dump(mode="json"), indent=1, sort_keys=True).encode()
+    # not sorted: the order of `parameters` is meaningful (a gate comes before what it gates)
+    text = json.dumps(spec.model_dump(mode="json"), indent=1).encode()
     atomic_write(state / SPEC_FILE, lambda out: out.write(text))
 
 
