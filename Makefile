@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 # (transformers: a 13 MB wheel, 126 MB installed, about 8 s) is too, so that CI tests `workload: hf`.
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench-estimator clean
+.PHONY: install demo test test-fast lint bench-estimator gpu-pack gpu-pack-check clean
 
 install: $(STAMP)
 
@@ -46,6 +46,15 @@ lint: install
 
 bench-estimator: install
 	$(PY) bench/estimator.py
+
+# What bench/gpu.sh --pack installs on a GPU machine that has torch but no Ray, MLflow, Optuna or
+# pydantic, and no package index: cp312 wheels in .gpu-pack/, under the 64 MiB a run carries.
+gpu-pack: install
+	$(PY) bench/gpu_pack.py
+
+# That pack in a fresh Python 3.12 standing in for the GPU machine, and bench/gpu.sh's CPU dry run.
+gpu-pack-check: gpu-pack
+	bash bench/gpu_pack_check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

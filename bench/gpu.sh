@@ -1,55 +1,111 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, in one go: the test that needs CUDA, the estimator on the non-DLRM
-# workloads, the GPT-2-small-shaped LM of search_spaces/lm_full.yaml predicted against measured,
-# the data loader with pinned memory, and the language model's knobs. On one H200 with 16 cores
-# the first four take about 6 minutes and bench/lm.py at its GPU shape about 8 more, so it comes
-# last. Each benchmark writes its record to bench/records/, and each new record is copied to
-# RECORDS_DIR as soon as it is written (a run cut short keeps what it finished). Then, where the
-# records land in this checkout, `python bench/render.py`.
+# The checks that need a GPU, in one go, most valuable first:
 #
-#     bash bench/gpu.sh [RECORDS_DIR]      # elastune installed, a CUDA build of torch
+#   parity     dlrm_quick swept under a local Ray on the GPU, two trials per GPU under EDO
+#              (--gpus-per-trial 0.5), through its confirmation stage; then its winner rerun with
+#              `elastune train --from-sweep` against its trial (bench/parity.py)
+#   edo        EDO where memory binds: trials whose cached tables grow with their grant, EDO vs a
+#              static 1/2 split vs one at a time (bench/edo.py --mix cached --quick)
+#   lm         the LM quick sweep, the same way (bench/parity.py --spec search_spaces/lm_quick.yaml)
+#   estimator  predicted vs measured peaks on CUDA: the DLRM, two-tower and LM suites
+#   tests      the tests that need CUDA
+#
+# Each step runs under its own time limit and only while the call's budget (BUDGET_S, default 530
+# s) has room for it; each benchmark writes its record to bench/records/, and every new record is
+# copied to RECORDS_DIR as soon as its step ends, so a call cut short keeps what finished. Then,
+# where the records land in this checkout, `python bench/render.py`.
+#
+#     bash bench/gpu.sh [--dry-run] [--pack DIR] [--only STEP,...] [RECORDS_DIR]
+#
+# --pack DIR  first install the wheels `python bench/gpu_pack.py` put in DIR (pip --no-index, into
+#             /tmp/elastune-site), then elastune and the two-tower example from this checkout: for a
+#             machine with torch but no Ray, MLflow, Optuna or pydantic, and no package index
+# --dry-run   the same steps on the CPU, tiny (records go to a throw-away folder): what
+#             `make gpu-pack-check` runs here before a GPU machine is asked for
+# --only      a comma-separated subset of the steps above, in their order
 set -uo pipefail
 cd "$(dirname "$0")/.."
+DRY=0 PACK="" ONLY="parity,edo,lm,estimator,tests"
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --dry-run) DRY=1; shift ;;
+        --pack) PACK=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "bench/gpu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) break ;;
+    esac
+done
 OUTDIR=${1:-/tmp/elastune-gpu-records}
 LOG=/tmp/elastune-gpu
 mkdir -p "$OUTDIR" "$LOG"
-touch "$LOG/start"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
+BUDGET_S=${BUDGET_S:-530}
+START=$SECONDS
+RECORDS=bench/records
+if [[ $DRY == 1 ]]; then
+    RECORDS=$(mktemp -d)
+    export ELASTUNE_BENCH_RECORDS=$RECORDS  # bench/record.py writes here instead
+fi
+touch "$LOG/start"
+
+copy_records() { find "$RECORDS" -newer "$LOG/start" -name '*.json' -exec cp {} "$OUTDIR/" \; ; }
+# step NAME LIMIT_S COMMAND...: run COMMAND under LIMIT_S if the budget still has that much room.
 step() {
-    find bench/records -newer "$LOG/start" -name '*.json' -exec cp {} "$OUTDIR/" \;
-    echo "=== $(date +%T) $*"
+    local name=$1 limit=$2; shift 2
+    [[ ",$ONLY," == *",$name,"* ]] || return 0
+    local left=$((BUDGET_S - (SECONDS - START)))
+    if ((left < limit)); then
+        echo "=== $(date +%T) $name: skipped, ${left}s left of the budget and it needs ${limit}s"
+        return 0
+    fi
+    echo "=== $(date +%T) $name (limit ${limit}s)"
+    timeout "$limit" "$@"
+    local rc=$?
+    echo "=== $(date +%T) $name: exit $rc$( ((rc == 124)) && echo ' (its time limit)')"
+    copy_records
 }
 
-step "GPU"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-$PY -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+if [[ -n $PACK ]]; then
+    echo "=== $(date +%T) install $PACK"
+    SITE=/tmp/elastune-site
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$PACK"/*.whl || exit 1
+    export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+    export PATH=$SITE/bin:$PATH
+    # with the pack's setuptools: the machine's own may predate this pyproject's license fields
+    $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" \
+        . examples/two_tower 2>&1 | grep -v "already exists" || true
+fi
+$PY - <<'EOF' || { echo "the sweep's packages do not import: build the pack again (bench/gpu_pack.py)"; exit 1; }
+import mlflow, optuna, pydantic, ray, torch, elastune.cli, elastune.tuning.sweep  # noqa: F401
+gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+print("torch", torch.__version__, "| ray", ray.__version__, "| mlflow", mlflow.__version__, "| optuna",
+      optuna.__version__, "| pydantic", pydantic.__version__, "|", gpu)
+EOF
 
-step "tests that need CUDA"
-timeout 120 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py \
-    tests/unit/test_estimate.py tests/unit/test_loop.py 2>&1 | tail -15
+echo "checkout $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')${ELASTUNE_BENCH_COMMIT:+; records name commit $ELASTUNE_BENCH_COMMIT}"
 
-step "estimator, two-tower example"
-timeout 150 $PY bench/estimator.py --suite two_tower --device cuda --jobs 8 --repeat 2 \
-    --json "$LOG/two_tower.json" 2>&1 | tail -14
-
-step "estimator, language model"
-timeout 180 $PY bench/estimator.py --suite lm --device cuda --jobs 8 --repeat 2 \
-    --json "$LOG/lm.json" 2>&1 | tail -16
-
-step "lm_full's shape (GPT-2 small): predicted vs measured"
-LM_FULL=(--set workload=lm --set "workload_options={layers: 12, heads: 12, context: 1024, vocab: 50257, mean_length: 300}"
-    --set model.embedding_dim=768 --set steps=30 --set warmup_steps=10 --set eval.samples=256 --set device=cuda)
-for extra in "batch.micro=8 batch.accum=8" "batch.micro=16 batch.accum=4 precision=bf16 data.padding=packed model.activation_checkpointing=every_block"; do
-    sets=(); for kv in $extra; do sets+=(--set "$kv"); done
-    timeout 90 $PY -m elastune.cli train --format json "${LM_FULL[@]}" "${sets[@]}" >"$LOG/lm_full.json" 2>"$LOG/lm_full.err" \
-        && $PY -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], {k: r[k] for k in ('samples_per_s','units_per_s','peak_memory_bytes','estimated_peak_bytes','quality')})" "$LOG/lm_full.json" "$extra" \
-        || tail -5 "$LOG/lm_full.err"
-done
-
-step "data loader and pinned memory (bench/loader.py)"
-timeout 150 $PY bench/loader.py --device cuda --repeat 1 --steps 40 2>&1 | tail -16
-step "language model knobs (bench/lm.py)"
-timeout 600 $PY bench/lm.py --device cuda --repeat 1 --steps 40 2>&1 | tail -20
-
-step "done"
+if [[ $DRY == 1 ]]; then
+    # CPU, tiny: three proposals, short trials, one confirmation round, one rerun
+    SWEEP=(--set base.device=cpu --set budget.max_trials=3 --set budget.trial_samples=8192 --set confirm.rounds=1)
+    step parity 300 $PY bench/parity.py --reruns 1 "${SWEEP[@]}"
+    step edo 300 $PY bench/edo.py --mix cached --quick --device virtual
+    step lm 300 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 "${SWEEP[@]}" \
+        --set budget.trial_samples=256
+    step estimator 200 $PY bench/estimator.py --suite two_tower --device cpu --only 0,1 --repeat 1
+    step tests 200 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py
+else
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    GPU=(--gpus-per-trial 0.5 --set base.device=cuda)
+    step parity 240 $PY bench/parity.py --reruns 2 "${GPU[@]}"
+    step edo 150 $PY bench/edo.py --mix cached --quick --device cuda
+    step lm 150 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 "${GPU[@]}"
+    for suite in dlrm two_tower lm; do
+        step estimator 90 $PY bench/estimator.py --suite $suite --device cuda --jobs 8 --repeat 2
+    done
+    step tests 90 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py \
+        tests/unit/test_estimate.py tests/unit/test_loop.py
+fi
+copy_records
+echo "=== $(date +%T) done in $((SECONDS - START))s; records in $OUTDIR"

@@ -14,6 +14,11 @@ otherwise idle machine. Two comparisons:
     python bench/parity.py                      # writes a record (bench/records/)
     python bench/parity.py --reruns 5 --spec search_spaces/lm_quick.yaml
     python bench/parity.py --max-concurrent 1   # the trials alone too: absolute figures comparable
+    python bench/parity.py --gpus-per-trial 0.5  # on a GPU: two trials per GPU, sharing it under EDO
+
+`--set`, `--max-trials` and `--gpus-per-trial` go to the sweep as they are (bench/gpu.sh's dry run
+shrinks it with them). The record also lists every trial: its predicted peak (the screen) against
+its measured one, so a GPU run shows the sweep screening on CUDA predictions.
 """
 
 from __future__ import annotations
@@ -48,6 +53,21 @@ def _windows_median(result: dict[str, Any]) -> float:
     return statistics.median(steady) if steady else float(result["samples_per_s"])
 
 
+def _sweep_options(args: argparse.Namespace) -> list[str]:
+    options = [f"--set={kv}" for kv in args.set]
+    for flag, value in [
+        ("--max-concurrent", args.max_concurrent),
+        ("--gpus-per-trial", args.gpus_per_trial),
+        ("--max-trials", args.max_trials),
+    ]:
+        options += [flag, str(value)] if value is not None else []
+    return options
+
+
+def _mib(n: int | None) -> str:
+    return f"{n / 2**20:.0f}" if n else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", default=str(ROOT / "search_spaces" / "dlrm_quick.yaml"))
@@ -55,6 +75,9 @@ def main() -> None:
     parser.add_argument(
         "--max-concurrent", type=int, help="the sweep's trials at a time (1: each trial alone, as its rerun is)"
     )
+    parser.add_argument("--gpus-per-trial", type=float, help="the sweep's GPUs per trial (below 1 shares a GPU)")
+    parser.add_argument("--max-trials", type=int, help="the sweep's proposals")
+    parser.add_argument("--set", action="append", default=[], help="a sweep override KEY=VALUE (repeatable)")
     args = parser.parse_args()
 
     from elastune.tracking.mlflow import load_sweep
@@ -62,8 +85,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         uri = f"sqlite:///{folder}/mlflow.db"
         env = {**os.environ, "ELASTUNE_HOME": folder, "MLFLOW_TRACKING_URI": uri}
-        concurrency = ["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []
-        out = _run(["sweep", args.spec, "--format", "json", *concurrency], env)
+        out = _run(["sweep", args.spec, "--format", "json", *_sweep_options(args)], env)
         # the JSON summary is the last thing printed (Ray and Tune print lines of their own before it)
         sweep_id = json.loads(out[out.rindex("\n{") + 1 if "\n{" in out else out.index("{") :])["sweep_id"]
         record = load_sweep(sweep_id, uri)
@@ -105,20 +127,35 @@ def main() -> None:
             note="both one run at a time, the reference interleaved",
         ),
     ]
+    device = "cuda" if args.gpus_per_trial else "cpu"
+    spec = Path(args.spec).stem
     settings: dict[str, Any] = {
         "spec": os.path.relpath(args.spec, ROOT),
         "reruns": args.reruns,
         "sweep": sweep_id,
         "max_concurrent": concurrent,
+        "gpus_per_trial": args.gpus_per_trial,
+        "max_trials": args.max_trials,
+        "set": args.set,
+        "counts": record.counts(),
     }
+    pairs = enumerate(zip(best_rates, ratios, strict=True))
+    reruns = [[f"rerun {i + 1}", "", "", "", round(r), round(q, 3)] for i, (r, q) in pairs]
+    trials = [
+        [t.trial_id, t.status, json.dumps(t.params), f"{_mib(t.estimated_peak_bytes)} / {_mib(t.peak_memory_bytes)}",
+         round(t.samples_per_s) if t.samples_per_s else "-", t.peak_memory_kind or "-"]
+        for t in record.trials
+    ]  # fmt: skip
     write_record(
-        "parity-cpu",
-        "Parity: the best config rerun with --from-sweep against its trial and its confirmation",
+        f"parity-{device}" if spec == "dlrm_quick" else f"parity-{spec}-{device}",
+        "Parity: the best config rerun with --from-sweep against its trial and its confirmation"
+        + (f" ({spec})" if spec != "dlrm_quick" else ""),
         figures,
         settings=settings,
+        device=device,
         table={
-            "columns": ["rerun", "best samples/s", "best / reference"],
-            "rows": [[i + 1, round(r), round(q, 3)] for i, (r, q) in enumerate(zip(best_rates, ratios, strict=True))],
+            "columns": ["trial / rerun", "status", "params", "peak MiB predicted / measured", "samples/s", "probe"],
+            "rows": trials + reruns,
         },
         notes=[f"best trial {best.trial_id}: {best.params}; threads {best.config.get('threads')}"],
     )

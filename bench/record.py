@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-RECORDS = Path(__file__).resolve().parent / "records"
+# bench/gpu.sh --dry-run points this elsewhere: a dry run's figures are not results
+RECORDS = Path(os.environ.get("ELASTUNE_BENCH_RECORDS") or Path(__file__).resolve().parent / "records")
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("benchmark", "title", "command", "date", "commit", "machine", "figures")
 
@@ -90,7 +91,11 @@ def machine(device: str | None = None) -> dict[str, Any]:
 
 
 def commit() -> tuple[str | None, bool | None]:
-    """The checkout's commit and whether its tracked files have uncommitted changes."""
+    """The checkout's commit and whether its tracked files have uncommitted changes. Where the
+    checkout's git folder is not the tree's (a copy sent to a GPU machine once reported an older
+    commit), ELASTUNE_BENCH_COMMIT names it: the sender's `git rev-parse HEAD` of a clean tree."""
+    if os.environ.get("ELASTUNE_BENCH_COMMIT"):
+        return os.environ["ELASTUNE_BENCH_COMMIT"], False
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
         status = subprocess.run(
