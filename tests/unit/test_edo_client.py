@@ -161,3 +161,19 @@ def test_plan_demand_pads_small_trials_by_the_virtual_devices_spread(tiny_cfg: M
     predicted = estimate(large, virtual=True).peak_bytes
     assert predicted * 0.1 > DEMAND_PADDING_MIN
     assert plan_demand(large).want_bytes == predicted + int(predicted * 0.1)
+
+
+def test_a_cache_is_built_as_large_as_its_grant_holds() -> None:
+    """Between the smallest shape's minimum and the want, a trial builds that share of its cached
+    rows (a quarter at the minimum here), never more than all of them; a demand without a cache
+    (fraction 1) builds everything whatever the grant."""
+    from elastune.edo.client import cache_fraction_for
+
+    cached = Demand(want_bytes=1000, min_bytes=200, min_micro=8, min_cache_fraction=0.25)
+    assert cache_fraction_for(200, cached) == 0.25
+    assert cache_fraction_for(600, cached) == pytest.approx(0.25 + 0.75 * 0.5)
+    assert cache_fraction_for(1000, cached) == 1.0
+    assert cache_fraction_for(5000, cached) == 1.0
+    assert cache_fraction_for(100, cached) == 0.25  # below the minimum: never under the smallest share
+    plain = Demand(want_bytes=1000, min_bytes=200, min_micro=8, min_cache_fraction=1.0)
+    assert cache_fraction_for(200, plain) == 1.0

@@ -110,6 +110,19 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     return Demand(want, min(priced(small), want), smallest, fraction)
 
 
+def cache_fraction_for(grant_bytes: int, demand: Demand) -> float:
+    """The share of its configured cached rows a trial builds under a grant: all of them where the
+    grant holds its want, the demand's smallest share at its minimum, in proportion between. Built
+    whole and cut at the first step boundary, a cache would already have overrun the grant while
+    the model was built: on CUDA, where the allocator holds a trial to its grant, a failed trial."""
+    floor = demand.min_cache_fraction
+    if floor >= 1.0 or grant_bytes >= demand.want_bytes:
+        return 1.0
+    span = demand.want_bytes - demand.min_bytes
+    share = (grant_bytes - demand.min_bytes) / span if span > 0 else 0.0
+    return min(1.0, max(floor, floor + (1 - floor) * share))
+
+
 @contextmanager
 def edo_session(
     *,
@@ -123,8 +136,8 @@ def edo_session(
     broker: Any = None,
 ) -> Iterator[EdoBoundary]:
     """Acquire a grant on `device` (waiting up to `timeout_s`), yield the step-boundary hook to pass
-    to `train(..., boundary=...)`, and release the grant on exit, exceptions included. The broker is
-    found by name in the connected Ray cluster unless given."""
+    to `train(boundary.config_for_grant(cfg), ..., boundary=...)`, and release the grant on exit,
+    exceptions included. The broker is found by name in the connected Ray cluster unless given."""
     handle = broker if broker is not None else get_broker()
     if handle is None:
         raise EdoError("no EDO broker is running on this Ray cluster; the sweep driver starts one with ensure_broker()")
@@ -169,12 +182,19 @@ class EdoBoundary:
         self._shape: Shape | None = None  # set at the first boundary
         self._caches: list[CachedEmbedding] = []  # the model's cached tables, and their configured rows
         self._cache_rows0: list[int] = []
+        self._build_fraction = 1.0  # the share of its configured cached rows the model was built with
         self._verifying: int | None = None  # the target a re-shape is being measured against
         self._attempts = 0
         self._oom_micro: int | None = None  # overran at this micro-batch: do not grow back into it
         self._seen_ooms = 0
 
     # -- acquire and release
+
+    def config_for_grant(self, cfg: RunConfig) -> RunConfig:
+        """`cfg` as this trial builds it under the grant it acquired: a `cached` strategy's cache cut
+        to `cache_fraction_for` the grant (the boundaries grow it back as the grant allows)."""
+        self._build_fraction = cache_fraction_for(self._limit, self.demand)
+        return cfg.model_copy(update={"embedding": _scaled_cache(cfg, self._build_fraction)})
 
     def acquire(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -232,7 +252,9 @@ class EdoBoundary:
             # Before the first step: nothing of a step measured yet (the window held the build), so
             # the configured shape is priced by the demand's prediction.
             self._shape = self._configured_shape(state, model)
-            used, self._seen_ooms = self.demand.want_bytes, state.oom_retries
+            # the want prices the configured shape; a cache built smaller holds that much less
+            cut = (self._shape.rows0 - self._shape.rows) * self._shape.row_bytes
+            used, self._seen_ooms = int(self.demand.want_bytes - cut), state.oom_retries
         self._note_ooms(state)
         if not reply.known or reply.state == "waiting":
             raise EdoError(
@@ -304,17 +326,21 @@ class EdoBoundary:
 
     def _configured_shape(self, state: LoopState, model: nn.Module) -> Shape:
         self._caches = [m for m in model.modules() if isinstance(m, CachedEmbedding)]
-        self._cache_rows0 = [m.capacity for m in self._caches]
+        # the configured rows, which a cache built at a share of them (config_for_grant) grows back to
+        self._cache_rows0 = [min(m.num_rows, round(m.capacity / self._build_fraction)) for m in self._caches]
+        row_bytes = [m.device_bytes() / m.capacity if m.capacity else 0.0 for m in self._caches]
         d = self.demand
-        return Shape.configured(
+        shape = Shape.configured(
             state.micro,
             want_bytes=d.want_bytes,
             min_bytes=d.min_bytes,
             min_micro=d.min_micro,
             cache_rows=sum(self._cache_rows0),
-            cache_bytes=sum(m.device_bytes() for m in self._caches),
+            cache_bytes=int(sum(b * rows for b, rows in zip(row_bytes, self._cache_rows0, strict=True))),
             min_cache_fraction=d.min_cache_fraction,
         )
+        shape.rows = sum(m.capacity for m in self._caches)
+        return shape
 
     def _apply(self, to: Split, state: LoopState, event: str, used: int) -> None:
         assert self._shape is not None

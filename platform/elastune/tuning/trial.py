@@ -122,7 +122,8 @@ def _train_under_edo(
     with edo_session(
         trial_id=trial_id, device=name, demand=plan_demand(cfg), probe=probe, timeout_s=spec.edo.acquire_timeout_s
     ) as boundary:
-        return train(cfg, probe=probe, boundary=boundary, on_progress=report, progress_every=report_every)
+        built = boundary.config_for_grant(cfg)  # a cache only as large as the grant holds
+        return train(built, probe=probe, boundary=boundary, on_progress=report, progress_every=report_every)
 
 
 def _estimate(cfg: RunConfig) -> int:
