@@ -7,6 +7,19 @@
 Then a fault run under EDO: one trial SIGKILLed mid-run (restarted once from scratch, as Ray Tune
 does with max_failures=1) and one trial that allocates far beyond its grant.
 
+Two trial mixes (`--mix`):
+
+- `dlrm` (the default): 8 DLRM configs with full tables, memory mostly tables and activations.
+- `cached`: 6 DLRM configs whose tables are `cached` (embeddings/cached.py: every row on the host, the
+  most used rows in a device cache of `embedding.cache_ratio` of them, 0.5-1.0 here), so the cache
+  is a large part of each trial's memory. Under EDO the cache follows the grant: a trial started
+  below its want shrinks its cache first (down to a quarter of its rows), then its micro-batch, and
+  grows both back as its grant grows (`EdoBoundary._apply`). Under the static split a trial cannot
+  resize its cache: its configured cache must fit its share, and the loop's OOM path only halves
+  the micro-batch, so a trial whose cache alone overruns the share fails. One at a time has the
+  whole device. On the virtual device a cache hit costs what a miss does (both rows are in host
+  memory), so there a larger cache buys no speed; on CUDA a hit saves the host-to-device copy.
+
 Trials are real processes (Ray actors on a local Ray bound to 127.0.0.1) running the real engine
 (`training.loop.train`). The device is one of two (`--device`):
 
@@ -33,19 +46,28 @@ GPU has no such fence: an overrun there takes memory from a neighbour, so the CU
 neighbour instead (collateral); the fenced split measured here is the better case for static.
 
 Demands (EDO only): each distinct config is measured once alone (step peaks, as the device's probe
-sees them) in its configured shape and in its smallest shape (micro-batch / 8), then padded as
+sees them) in its configured shape and in its smallest shape (micro-batch / 8, and for cached tables
+the cache at the demand's `min_cache_fraction`, 0.25), then padded as
 tests/integration/local_ray/test_edo.py does: want = 1.3 x peak, min = 1.2 x smallest peak. The estimator's
 demand (`plan_demand`) is not used for the trials, only printed beside the calibration.
 
 Capacity: 2.5 x the mean `want` of the mix (fits 2-3 of the trials' predicted peaks at once), so
 memory, not the cores (or the GPU), bounds how many run together.
 
+Figures per mode: completed trials per hour; and what a sweep searching for the fastest config
+finds per device time: the best samples/s among the mode's completed trials (each trial's own, as
+train() measured it, so on a device shared with other trials, slowed by them), the device-hours
+the mode used (its wall time / 3600: one device) and best samples/s per GPU-hour, their ratio.
+
     python bench/edo.py                  # all modes + the fault run; Markdown to stdout
+    python bench/edo.py --mix cached     # the cached mix
+    python bench/edo.py --quick          # one round of the mix's first 4, no fault run (a GPU call)
     python bench/edo.py --copies 2       # the mix twice per round instead of once (longer)
     python bench/edo.py --json out.json  # also the raw figures
     python bench/edo.py --device cuda    # on GPU 0 (exits 2 where CUDA is not available)
 
-Each run writes its record to bench/records/; `python bench/render.py` updates bench/RESULTS.md.
+Each run writes its record to bench/records/ (`--no-record`: none), one benchmark per mix (edo-cpu,
+edo-cached-cpu; -cuda on the GPU); `python bench/render.py` updates bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -92,7 +114,8 @@ BASE = [
 ]  # then device=cpu (the virtual device) or device=cuda
 # The mix: (name, overrides). Embedding sizes from 0.0005 to 0.02 of Criteo's rows at dim 16-64,
 # micro-batches 512-4096; steps so that each trains a few seconds alone.
-MIX: list[tuple[str, list[str]]] = [
+Mix = list[tuple[str, list[str]]]
+MIX: Mix = [
     ("s-r0005-d64-b1024", ["data.rows_scale=0.0005", "model.embedding_dim=64", "batch.micro=1024", "steps=30"]),
     ("s-r001-d32-b2048", ["data.rows_scale=0.001", "model.embedding_dim=32", "batch.micro=2048", "steps=20"]),
     ("s-r005-d32-b512", ["data.rows_scale=0.005", "model.embedding_dim=32", "batch.micro=512", "steps=40"]),
@@ -102,7 +125,53 @@ MIX: list[tuple[str, list[str]]] = [
     ("l-r02-d64-b512", ["data.rows_scale=0.02", "model.embedding_dim=64", "batch.micro=512", "steps=30"]),
     ("s-r0005-d16-b4096", ["data.rows_scale=0.0005", "model.embedding_dim=16", "batch.micro=4096", "steps=12"]),
 ]
+
+
+def _cached(
+    name: str, rows_scale: float, dim: int, micro: int, cache_ratio: float, steps: int
+) -> tuple[str, list[str]]:
+    return name, [
+        "embedding.strategy=cached",
+        f"data.rows_scale={rows_scale}",
+        f"model.embedding_dim={dim}",
+        f"batch.micro={micro}",
+        f"embedding.cache_ratio={cache_ratio}",
+        f"steps={steps}",
+    ]
+
+
+# The cached mix: every table `cached`, its device cache 0.5-1.0 of the rows (so the cache is a large
+# part of the trial's memory; on the virtual device the host table counts too), tables of 0.002-0.02
+# of Criteo's rows at dim 32-64, micro-batches 512-2048; steps so that each trains about 3 s alone on
+# a 2-core CPU. The first cannot hold its configured cache in half the capacity (the static 1/2 share).
+CACHED_MIX: Mix = [
+    _cached("c-r02-d64-b1024-c100", 0.02, 64, 1024, 1.0, 60),
+    _cached("c-r005-d32-b2048-c50", 0.005, 32, 2048, 0.5, 60),
+    _cached("c-r01-d64-b512-c75", 0.01, 64, 512, 0.75, 150),
+    _cached("c-r002-d32-b512-c100", 0.002, 32, 512, 1.0, 240),
+    _cached("c-r01-d32-b1024-c50", 0.01, 32, 1024, 0.5, 90),
+    _cached("c-r02-d32-b2048-c75", 0.02, 32, 2048, 0.75, 45),
+]
+MIXES = {"dlrm": MIX, "cached": CACHED_MIX}
+# The fault run's configs per mix: two neighbours, a small one (the hog) and a large one (the victim
+# and the copy that queues behind it: its minimum must not fit beside the victim's grant).
+FAULT_ROLES = {
+    "dlrm": {
+        "n1": "s-r005-d32-b512",
+        "n2": "m-r002-d64-b1024",
+        "small": "s-r0005-d64-b1024",
+        "large": "l-r01-d64-b2048",
+    },
+    "cached": {
+        "n1": "c-r005-d32-b2048-c50",
+        "n2": "c-r01-d32-b1024-c50",
+        "small": "c-r002-d32-b512-c100",
+        "large": "c-r02-d64-b1024-c100",
+    },
+}
+QUICK_TRIALS = 4  # --quick: the mix's first 4, one round, no fault run
 SHRINK = 8  # the smallest shape: micro-batch / 8 (plan_demand's default)
+MIN_CACHE_FRACTION = 0.25  # and the cached tables at a quarter of their rows (plan_demand's default)
 DEVICES = ("virtual", "cuda")
 GPU_SHARE = 0.01  # CUDA: what each trial process asks of Ray's GPU, only so Ray makes GPU 0 visible to it
 CALIB_STEPS = {"virtual": 4, "cuda": 10}  # calibration run length (CUDA: enough steps to time them)
@@ -115,8 +184,25 @@ def _config(kind: str, overrides: list[str]) -> Any:
     return load_run_config(None, [*BASE, "device=cuda" if kind == "cuda" else "device=cpu", *overrides])
 
 
+def _get(overrides: list[str], key: str) -> str:
+    return next(o.split("=", 1)[1] for o in overrides if o.startswith(f"{key}="))
+
+
 def _micro(overrides: list[str]) -> int:
-    return int(next(o.split("=")[1] for o in overrides if o.startswith("batch.micro=")))
+    return int(_get(overrides, "batch.micro"))
+
+
+def _is_cached(overrides: list[str]) -> bool:
+    return "embedding.strategy=cached" in overrides
+
+
+def _smallest(overrides: list[str]) -> list[str]:
+    """The smallest shape EDO may shrink a trial to: micro-batch / 8 (accumulation x 8, the
+    effective batch unchanged) and, for cached tables, their cache at `MIN_CACHE_FRACTION`."""
+    out = [*overrides, f"batch.micro={_micro(overrides) // SHRINK}", f"batch.accum={SHRINK}"]
+    if _is_cached(overrides):  # the cached mix sets every cache by its ratio
+        out.append(f"embedding.cache_ratio={float(_get(overrides, 'embedding.cache_ratio')) * MIN_CACHE_FRACTION:g}")
+    return out
 
 
 def _with_steps(overrides: list[str], steps: int) -> list[str]:
@@ -124,7 +210,7 @@ def _with_steps(overrides: list[str], steps: int) -> list[str]:
 
 
 def _steps(overrides: list[str]) -> int:
-    return int(next(o.split("=")[1] for o in overrides if o.startswith("steps=")))
+    return int(_get(overrides, "steps"))
 
 
 def _scaled(overrides: list[str], scale: int) -> list[str]:
@@ -277,7 +363,8 @@ class TrialRunner:
                     out["t_granted"] = time.time()
                     sampled = Sampled(boundary, probe, progress)
                     try:
-                        result = train(cfg, probe=probe, boundary=sampled, fault=fault)
+                        built = boundary.config_for_grant(cfg)  # a cache as large as the grant holds
+                        result = train(built, probe=probe, boundary=sampled, fault=fault)
                     finally:
                         out["history"] = boundary.history
                         out["t_end"] = time.time()
@@ -290,7 +377,7 @@ class TrialRunner:
                 finally:
                     probe.set_limit(None)
                     out["t_end"] = time.time()
-            out.update(ok=True, steps=result.steps, micro=result.micro_batch)
+            out.update(ok=True, steps=result.steps, micro=result.micro_batch, samples_per_s=result.samples_per_s)
         except (OutOfMemory, EdoError, torch.OutOfMemoryError) as exc:
             # torch's own OOM reaches here only on CUDA, from outside the steps (the build, the evaluation)
             failed_oom = not isinstance(exc, EdoError)
@@ -335,15 +422,13 @@ def device_spec(kind: str, name: str, capacity: int) -> DeviceSpec:
     return DeviceSpec(f"cuda:0/{name}" if kind == "cuda" else f"virtual:{name}", capacity_bytes=capacity)
 
 
-def calibrate(runners: list[Any], kind: str) -> tuple[dict[str, Demand], list[dict[str, Any]]]:
+def calibrate(runners: list[Any], kind: str, mix: Mix) -> tuple[dict[str, Demand], list[dict[str, Any]]]:
     """Measure each config's step peak alone, in its configured and its smallest shape."""
     jobs = []
     steps = CALIB_STEPS[kind]
-    for name, overrides in MIX:
-        micro = _micro(overrides)
-        small = [*overrides, f"batch.micro={micro // SHRINK}", f"batch.accum={SHRINK}"]
+    for name, overrides in mix:
         jobs.append((name, "full", _with_steps(overrides, steps)))
-        jobs.append((name, "small", _with_steps(small, steps)))
+        jobs.append((name, "small", _with_steps(_smallest(overrides), steps)))
     futures = [runners[i % len(runners)].measure.remote(ov) for i, (_, _, ov) in enumerate(jobs)]
     peaks = ray.get(futures)
     measured: dict[str, dict[str, int]] = {}
@@ -355,13 +440,16 @@ def calibrate(runners: list[Any], kind: str) -> tuple[dict[str, Demand], list[di
     demands, rows = {}, []
     from elastune.edo.client import plan_demand
 
-    for name, overrides in MIX:
+    for name, overrides in mix:
         m = measured[name]
         want = int(1.3 * m["full"])
         demands[name] = Demand(
-            want_bytes=want, min_bytes=min(want, int(1.2 * m["small"])), min_micro=_micro(overrides) // SHRINK
+            want_bytes=want,
+            min_bytes=min(want, int(1.2 * m["small"])),
+            min_micro=_micro(overrides) // SHRINK,
+            min_cache_fraction=MIN_CACHE_FRACTION if _is_cached(overrides) else 1.0,
         )
-        planned = plan_demand(_config(kind, overrides))
+        planned = plan_demand(_config(kind, overrides), min_cache_fraction=MIN_CACHE_FRACTION)
         rows.append(
             {
                 "name": name,
@@ -377,10 +465,15 @@ def calibrate(runners: list[Any], kind: str) -> tuple[dict[str, Demand], list[di
     return demands, rows
 
 
-def auto_steps_scale(calib: list[dict[str, Any]]) -> int:
-    """The step multiplier at which the mix trains `TARGET_TRAIN_S` per trial on average, at the
-    calibration's step times (several configs at once, so somewhat slower than alone), at least 1."""
-    mean_s = statistics.mean(_steps(overrides) * c["step_s"] for (_, overrides), c in zip(MIX, calib, strict=True))
+def mix_train_s(mix: Mix, calib: list[dict[str, Any]]) -> float:
+    """The mix's mean training time per trial at the calibration's step times (several configs at
+    once, so somewhat slower than alone)."""
+    return statistics.mean(_steps(overrides) * c["step_s"] for (_, overrides), c in zip(mix, calib, strict=True))
+
+
+def auto_steps_scale(mix: Mix, calib: list[dict[str, Any]]) -> int:
+    """The step multiplier at which the mix trains `TARGET_TRAIN_S` per trial on average, at least 1."""
+    mean_s = mix_train_s(mix, calib)
     return max(1, round(TARGET_TRAIN_S / mean_s)) if mean_s > 0 else 1
 
 
@@ -461,6 +554,19 @@ def max_granted(timeline: list[dict[str, Any]], device: str) -> int:
     return top
 
 
+def found(best_sps: float, best_config: str, wall_s: float) -> dict[str, Any]:
+    """What a mode found per device time: the best samples/s among its completed trials (each
+    trial's own, from train()) and its config, the device-hours the mode used (its wall time, one
+    device), and the best samples/s per device-hour."""
+    hours = wall_s / 3600
+    return {
+        "best_sps": best_sps,
+        "best_config": best_config,
+        "device_hours": hours,
+        "best_sps_per_gpu_hour": best_sps / hours,
+    }
+
+
 def summarize(
     mode: str, results: list[dict[str, Any]], t0: float, t1: float, memory: dict[str, float], **extra: Any
 ) -> dict[str, Any]:
@@ -472,6 +578,7 @@ def summarize(
     restarts = extra.pop("restarts", 0)
     restart_lost = extra.pop("restart_lost", 0)
     busy = sum(r["t_end"] - r["t_granted"] for r in results)
+    best: dict[str, Any] = max(ok, key=lambda r: r["samples_per_s"], default={"samples_per_s": 0.0, "name": "-"})
     return {
         "mode": mode,
         "trials": len(results),
@@ -484,6 +591,7 @@ def summarize(
         "lost_steps": redone + wasted + restart_lost,
         "lost_detail": {"redone_after_oom": redone, "in_failed_trials": wasted, "before_restart": restart_lost},
         "mean_running": busy / (t1 - t0),
+        **found(best["samples_per_s"], best["name"], t1 - t0),
         **memory,
         **extra,
     }
@@ -585,24 +693,30 @@ def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 
 def run_faults(
-    runners: list[Any], demands: dict[str, Demand], capacity: int, progress: str, kind: str, scale: int
+    runners: list[Any],
+    demands: dict[str, Demand],
+    capacity: int,
+    progress: str,
+    kind: str,
+    scale: int,
+    mix_name: str,
 ) -> dict[str, Any]:
     """Neighbours n1, n2 (small); a hog (small config, allocates 3x its want from step 3); a victim
     (large) SIGKILLed mid-run (at step 8 or later of 60; steps, but not the hog's step 3, times the
     steps scale) once the hog is done and a copy of it queues behind it; the victim is then
-    restarted from scratch on a fresh process."""
+    restarted from scratch on a fresh process. The configs are the mix's `FAULT_ROLES`."""
     spec = device_spec(kind, "bench-faults", capacity)
     ensure_broker([spec], BrokerConfig(heartbeat_s=HEARTBEAT_S))
-    mix = dict(MIX)
-    small, large = "s-r0005-d64-b1024", "l-r01-d64-b2048"
+    mix, roles = dict(MIXES[mix_name]), FAULT_ROLES[mix_name]
+    small, large = roles["small"], roles["large"]
 
     def job(trial_id: str, name: str, steps: int, **extra: Any) -> dict[str, Any]:
         t = Trial(trial_id, name, _with_steps(mix[name], steps * scale), demands[name])
         return {**edo_jobs([t], spec, progress)[0], **extra}
 
     jobs = {
-        "n1": job("f-n1", "s-r005-d32-b512", 160),
-        "n2": job("f-n2", "m-r002-d64-b1024", 120),
+        "n1": job("f-n1", roles["n1"], 160),
+        "n2": job("f-n2", roles["n2"], 120),
         "hog": job("f-hog", small, 30, hog_bytes=3 * demands[small].want_bytes, hog_from=3),
         "victim": job("f-victim", large, 60),
         "waiter": job("f-waiter", large, 15),
@@ -704,6 +818,8 @@ def combine(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         }
     out["over_capacity"] = any(r.get("over_capacity", False) for r in rounds)
     out["wall_s"], out["per_hour"] = wall, out["completed"] / wall * 3600
+    top = max(rounds, key=lambda r: r["best_sps"])
+    out.update(found(top["best_sps"], top["best_config"], wall))  # the best of every round, per all their hours
     out["per_round"] = [r["per_hour"] for r in rounds]
     return out
 
@@ -717,10 +833,23 @@ def _load() -> str:
     return f"{one:.2f} (1 min), {five:.2f} (5 min)"
 
 
-def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: dict[str, Any], info: dict) -> str:
-    lines = ["## EDO", ""]
-    lines.append(f"- command: `{info['command']}`")
-    lines.append(
+def markdown(
+    calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: dict[str, Any] | None, info: dict
+) -> str:
+    lines = ["## EDO", "", *_setup(info), "", *_calibration(calib, info), "", *_modes_table(modes, faults), ""]
+    lines += _comparisons(modes)
+    lines += [f"- {m['mode']} failed: " + "; ".join(m["failed"]) for m in modes if m["failed"]]
+    if faults is None:
+        lines.append("- fault run: not run (--quick)")
+    elif "error" in faults:
+        lines.append(f"- fault run failed: {faults['error']}")
+    else:
+        lines += _fault_lines(faults)
+    return "\n".join(lines)
+
+
+def _setup(info: dict[str, Any]) -> list[str]:
+    machine = (
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}, torch {torch.__version__}, "
         f"ray {ray.__version__}; date {date.today()}; load average at start {info['load_start']}, "
         f"at end {info['load_end']}; benchmark wall time {info['wall_s']:.0f} s"
@@ -739,27 +868,40 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
         scaled = "" if info["steps_scale"] == 1 else f"trial steps x {info['steps_scale']}; "
         device = f"- device: virtual (`VirtualProbe`), capacity {info['capacity'] / MiB:.1f} MiB = 2.5 x the mix's "
         device += f"mean want; {scaled}"
-    lines.append(
-        device + f"{info['trials']} trials ({info['copies']} x the mix of {len(MIX)}) per round, same order in "
-        "every mode, "
+    mix = f"the {info['mix']} mix of {info['mix_size']}"
+    if info["quick"]:
+        mix = f"the first {QUICK_TRIALS} of {mix}, --quick"
+    device += (
+        f"{info['trials']} trials ({info['copies']} x {mix}) per round, same order in every mode, "
         f"{info['rounds']} rounds (mode order reversed every other round), figures summed over rounds; "
         f"heartbeat {HEARTBEAT_S:g} s; one torch thread per trial"
     )
-    lines += ["", "Calibration (each config alone; MiB; EDO's demand = 1.3 x peak, min = 1.2 x peak at micro / 8):", ""]
-    lines.append("| config | step peak | peak at micro/8 | want | min | plan_demand want | plan_demand min |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    return [f"- command: `{info['command']}`", machine, device]
+
+
+def _calibration(calib: list[dict[str, Any]], info: dict[str, Any]) -> list[str]:
+    smallest = "micro / 8" + (f", cache x {MIN_CACHE_FRACTION:g}" if info["mix"] == "cached" else "")
+    lines = [
+        f"Calibration (each config alone; MiB; EDO's demand = 1.3 x peak, min = 1.2 x peak at {smallest}):",
+        "",
+        f"| config | step peak | peak at {smallest} | want | min | plan_demand want | plan_demand min |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for c in calib:
         lines.append(
             f"| {c['name']} | {c['peak'] / MiB:.1f} | {c['small_peak'] / MiB:.1f} | {c['want'] / MiB:.1f} | "
             f"{c['min'] / MiB:.1f} | {c['plan_want'] / MiB:.1f} | {c['plan_min'] / MiB:.1f} |"
         )
-    lines += [
-        "",
-        "| mode | slots | completed | wall s | trials/hour (per round) | in use | granted, unused | not granted | ",
+    return lines
+
+
+def _modes_table(modes: list[dict[str, Any]], faults: dict[str, Any] | None) -> list[str]:
+    lines = [
+        "| mode | slots | completed | wall s | trials/hour (per round) | in use | granted, unused | not granted | "
+        "mean running | OOMs | restarts | lost steps | best samples/s | device-hours | best samples/s per GPU-hour |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    lines[-1] += "mean running | OOMs | restarts | lost steps |"
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for m in [*modes, faults] if "error" not in faults else modes:
+    for m in [*modes, faults] if faults is not None and "error" not in faults else modes:
         lost = m["lost_detail"]
         lines.append(
             f"| {m['mode']} | {m.get('slots', '-')} | {m['completed']}/{m['trials']} | {m['wall_s']:.1f} | "
@@ -767,27 +909,36 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
             f"{1 - m['granted']:.1%} | "
             f"{m['mean_running']:.2f} | {m['ooms']} | {m['restarts']} | {m['lost_steps']} "
             f"({lost['redone_after_oom']} redone, {lost['in_failed_trials']} in failed, "
-            f"{lost['before_restart']} before restart) |"
+            f"{lost['before_restart']} before restart) | {m['best_sps']:.0f} ({m['best_config']}) | "
+            f"{m['device_hours']:.3g} | "
+            f"{m['best_sps_per_gpu_hour']:.3g} |"
         )
+    return lines
+
+
+def _comparisons(modes: list[dict[str, Any]]) -> list[str]:
     edo, static, seq, *more = modes
-    lines += [
-        "",
-        f"- EDO / {static['mode']}: {edo['per_hour'] / static['per_hour']:.2f}x completed trials per hour "
-        f"(target >= 1.5x); EDO / one at a time: {edo['per_hour'] / seq['per_hour']:.2f}x"
-        + "".join(f"; EDO / {m['mode']}: {edo['per_hour'] / m['per_hour']:.2f}x" for m in more),
+    return [
+        f"- EDO / {static['mode']}: {_ratio(edo, static, 'per_hour')} completed trials per hour "
+        f"(target >= 1.5x); EDO / one at a time: {_ratio(edo, seq, 'per_hour')}"
+        + "".join(f"; EDO / {m['mode']}: {_ratio(edo, m, 'per_hour')}" for m in more),
+        f"- best samples/s found per GPU-hour (the best completed trial's own samples/s / the mode's wall hours): "
+        f"EDO / {static['mode']}: {_ratio(edo, static, 'best_sps_per_gpu_hour')}; EDO / one at a time: "
+        f"{_ratio(edo, seq, 'best_sps_per_gpu_hour')}"
+        + "".join(f"; EDO / {m['mode']}: {_ratio(edo, m, 'best_sps_per_gpu_hour')}" for m in more),
         f"- EDO: OOMs {edo['ooms']} (target 0), grants over capacity at any point: {edo['over_capacity']}; "
         f"{edo['shrinks']} shrinks, {edo['grows']} grows; mean wait for a grant {edo['mean_wait_s']:.1f} s; "
         f"the broker's own view (use = the peaks trials report each heartbeat, lagging by up to a beat): "
         f"in use {edo['broker_view']['in_use']:.1%}, granted but unused {edo['broker_view']['granted_unused']:.1%}",
     ]
-    for m in modes:
-        if m["failed"]:
-            lines.append(f"- {m['mode']} failed: " + "; ".join(m["failed"]))
-    f = faults
-    if "error" in f:
-        lines.append(f"- fault run failed: {f['error']}")
-        return "\n".join(lines)
-    lines += [
+
+
+def _ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
+    return f"{a[key] / b[key]:.2f}x" if b[key] else "- (none completed)"
+
+
+def _fault_lines(f: dict[str, Any]) -> list[str]:
+    return [
         f"- fault run, kill: the victim held {f['victim_grant'] / MiB:.1f} MiB (a copy of it "
         f"{f['waiter_state_at_kill']} behind it); its grant left the broker after "
         f"{_hb(f['returned_hb'])} and >= 95% of it was re-granted after {_hb(f['regrant_hb'])} "
@@ -799,7 +950,6 @@ def markdown(calib: list[dict[str, Any]], modes: list[dict[str, Any]], faults: d
         f"({f['hog_error'][:80]}); neighbours' OOMs {f['neighbour_ooms']} (target 0), all neighbours completed: "
         f"{f['neighbours_ok']}; grants over capacity at any point: {f['over_capacity']}",
     ]
-    return "\n".join(lines)
 
 
 def _rounds(m: dict[str, Any]) -> str:
@@ -810,14 +960,27 @@ def _hb(x: float | None) -> str:
     return "(not within 10 heartbeats)" if x is None else f"{x:.2f} heartbeats"
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--copies", type=int, default=1, help="times the mix is repeated per round (x 8 trials)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (order reversed each round)")
+    parser.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="dlrm",
+        help="dlrm: 8 DLRM trials with full tables; cached: 6 with `cached` tables, whose caches EDO grows and "
+        "shrinks with their grants",
+    )
+    parser.add_argument("--copies", type=int, default=1, help="times the mix is repeated per round")
+    parser.add_argument("--rounds", type=int, help="rounds of every mode (order reversed each round); default 2")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"one round (unless --rounds) of the mix's first {QUICK_TRIALS} trials, no fault run",
+    )
     parser.add_argument("--k", type=int, default=2, help="static split: trials per device (share = 1/k)")
     parser.add_argument("--also-k", type=int, default=3, help="a second static split for comparison (0: none)")
     parser.add_argument("--edo-slots", type=int, default=4, help="EDO: trials started at once (memory decides)")
     parser.add_argument("--json", help="write raw figures here")
+    parser.add_argument("--no-record", action="store_true", help="do not write a record to bench/records/")
     parser.add_argument(
         "--device",
         choices=DEVICES,
@@ -832,17 +995,54 @@ def main() -> None:
         f"CUDA chosen from the calibration's step times so the mix trains {TARGET_TRAIN_S:g} s per trial on average",
     )
     args = parser.parse_args()
-    kind = args.device
-    if kind == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available here (torch sees no GPU); use --device virtual")
     if args.steps_scale is not None and args.steps_scale < 1:
         parser.error(f"--steps-scale {args.steps_scale}: must be >= 1")
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 2
+    return args
+
+
+def run_modes(
+    args: argparse.Namespace, runners: list[Any], trials: list[Trial], capacity: int, progress: str, kind: str
+) -> list[dict[str, Any]]:
+    """Each mode once per round, their rounds combined: EDO, static 1/k, one at a time, static 1/also-k."""
+    modes: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("EDO", lambda: run_edo(runners[: args.edo_slots], trials, capacity, progress, kind)),
+        ("static", lambda: run_fixed(runners, trials, capacity, args.k, progress, f"static 1/{args.k}")),
+        ("seq", lambda: run_fixed(runners, trials, capacity, 1, progress, "one at a time")),
+    ]
+    if args.also_k:
+        also = f"static 1/{args.also_k}"
+        modes.append(("also", lambda: run_fixed(runners, trials, capacity, args.also_k, progress, also)))
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in modes}
+    for r in range(args.rounds):
+        # The order reverses every other round, so a change in the machine's load during the run
+        # weighs on every mode alike.
+        for key, fn in modes if r % 2 == 0 else modes[::-1]:
+            runs[key].append(fn())
+            _log(runs[key][-1])
+    return [combine(runs[key]) for key, _ in modes]
+
+
+def _log(m: dict[str, Any]) -> None:
+    print(f"{m['mode']}: {m['completed']}/{m['trials']} in {m['wall_s']:.1f} s, OOMs {m['ooms']}", file=sys.stderr)
+
+
+def main() -> None:
+    args = _arguments()
+    kind = args.device
+    mix = MIXES[args.mix][:QUICK_TRIALS] if args.quick else MIXES[args.mix]
     info: dict[str, Any] = {
         "load_start": _load(),
         "copies": args.copies,
         "rounds": args.rounds,
         "command": "python " + " ".join(sys.argv),
         "device": kind,
+        "mix": args.mix,
+        "mix_size": len(MIXES[args.mix]),
+        "quick": args.quick,
     }
     started = time.time()
     ray.init(
@@ -854,95 +1054,114 @@ def main() -> None:
         log_to_driver=False,
     )
     progress = tempfile.mkdtemp(prefix="elastune-edo-bench-")
+    faults: dict[str, Any] | None = None
     try:
-        runners = [new_runner(kind) for _ in range(max(args.edo_slots, args.k, 5))]
+        slots = max(args.edo_slots, args.k, args.also_k, 0 if args.quick else 5)  # the fault run takes 5
+        runners = [new_runner(kind) for _ in range(slots)]
         ray.get([r.warm.remote() for r in runners])
         if kind == "cuda":
             info["gpu"] = ray.get(runners[0].device_info.remote())
-        demands, calib = calibrate(runners, kind)
+        demands, calib = calibrate(runners, kind, mix)
         capacity = int(2.5 * statistics.mean(d.want_bytes for d in demands.values()))
         info["capacity"] = capacity
-        info["mix_train_s"] = statistics.mean(_steps(ov) * c["step_s"] for (_, ov), c in zip(MIX, calib, strict=True))
-        scale = args.steps_scale or (auto_steps_scale(calib) if kind == "cuda" else 1)
+        info["mix_train_s"] = mix_train_s(mix, calib)
+        scale = args.steps_scale or (auto_steps_scale(mix, calib) if kind == "cuda" else 1)
         info["steps_scale"] = scale
         print(f"capacity {capacity / MiB:.1f} MiB, steps x {scale}", file=sys.stderr)
         trials = [
             Trial(f"{c}-{i}-{name}", name, _scaled(overrides, scale), demands[name])
             for c in range(args.copies)
-            for i, (name, overrides) in enumerate(MIX)
+            for i, (name, overrides) in enumerate(mix)
         ]
         info["trials"] = len(trials)
-        log = lambda m: print(  # noqa: E731
-            f"{m['mode']}: {m['completed']}/{m['trials']} in {m['wall_s']:.1f} s, OOMs {m['ooms']}", file=sys.stderr
-        )
-        # Each mode once per round; the order reverses every other round, so a change in the
-        # machine's load during the run weighs on every mode alike.
-        modes: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-            ("EDO", lambda: run_edo(runners[: args.edo_slots], trials, capacity, progress, kind)),
-            ("static", lambda: run_fixed(runners, trials, capacity, args.k, progress, f"static 1/{args.k}")),
-            ("seq", lambda: run_fixed(runners, trials, capacity, 1, progress, "one at a time")),
-        ]
-        if args.also_k:
-            also = f"static 1/{args.also_k}"
-            modes.append(("also", lambda: run_fixed(runners, trials, capacity, args.also_k, progress, also)))
-        runs: dict[str, list[dict[str, Any]]] = {key: [] for key, _ in modes}
-        for r in range(args.rounds):
-            for key, fn in modes if r % 2 == 0 else modes[::-1]:
-                runs[key].append(fn())
-                log(runs[key][-1])
-        edo, static, seq, *extra = [combine(runs[key]) for key, _ in modes]
-        try:
-            faults = run_faults(runners, demands, capacity, progress, kind, scale)
-            log(faults)
-        except (TimeoutError, ray.exceptions.RayError) as exc:  # report the modes measured above all the same
-            faults = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-            print(f"fault run failed: {faults['error']}", file=sys.stderr)
+        modes = run_modes(args, runners, trials, capacity, progress, kind)
+        if not args.quick:
+            faults = fault_run(runners, demands, capacity, progress, kind, scale, args.mix)
     finally:
         ray.shutdown()
     info["load_end"] = _load()
     info["wall_s"] = time.time() - started
-    print(markdown(calib, [edo, static, seq, *extra], faults, info))
+    print(markdown(calib, modes, faults, info))
     if args.json:
         Path(args.json).write_text(
-            json.dumps(
-                {"info": info, "calibration": calib, "modes": [edo, static, seq, *extra], "faults": faults}, indent=1
-            )
+            json.dumps({"info": info, "calibration": calib, "modes": modes, "faults": faults}, indent=1)
         )
-    _record(args, [edo, static, seq, *extra], faults, info)
+    if not args.no_record:
+        _record(args, modes, faults, info)
+
+
+def fault_run(
+    runners: list[Any], demands: dict[str, Demand], capacity: int, progress: str, kind: str, scale: int, mix_name: str
+) -> dict[str, Any]:
+    """The fault run, or {"error": ...} where it failed: the modes measured before are reported all the same."""
+    try:
+        faults = run_faults(runners, demands, capacity, progress, kind, scale, mix_name)
+    except (TimeoutError, ray.exceptions.RayError) as exc:
+        faults = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        print(f"fault run failed: {faults['error']}", file=sys.stderr)
+        return faults
+    _log(faults)
+    return faults
 
 
 def _record(
-    args: argparse.Namespace, modes: list[dict[str, Any]], faults: dict[str, Any], info: dict[str, Any]
+    args: argparse.Namespace, modes: list[dict[str, Any]], faults: dict[str, Any] | None, info: dict[str, Any]
 ) -> None:
-    """This run's record (bench/record.py): EDO against each fixed share, and the fault run's checks."""
+    """This run's record (bench/record.py): EDO against each fixed share, what each mode found per
+    device-hour, and the fault run's checks. Each mix is its own benchmark (edo-cpu, edo-cached-cpu)."""
     from record import Figure, write_record
 
     edo, static, *others = modes
-    ratio = edo["per_hour"] / static["per_hour"]
+    ratio = _x(edo, static, "per_hour")
     figures = [
-        Figure(f"completed trials/hour, EDO vs {static['mode']}", round(ratio, 2), "x", ">= 1.5", ratio >= 1.5),
-        *(Figure(f"EDO vs {m['mode']}", round(edo["per_hour"] / m["per_hour"], 2), "x") for m in others),
+        Figure(
+            f"completed trials/hour, EDO vs {static['mode']}", ratio, "x", ">= 1.5", ratio is not None and ratio >= 1.5
+        ),
+        *(Figure(f"EDO vs {m['mode']}", _x(edo, m, "per_hour"), "x") for m in others),
         Figure("OOMs under EDO", edo["ooms"], "", "0", edo["ooms"] == 0),
+        Figure(f"best samples/s per GPU-hour, EDO vs {static['mode']}", _x(edo, static, "best_sps_per_gpu_hour"), "x"),
     ]
-    if "error" not in faults:
-        regrant = faults["regrant_hb"]
+    for m in modes:
         figures += [
-            Figure("re-grant after SIGKILL", regrant, "heartbeats", "<= 2", regrant is not None and regrant <= 2),
-            Figure(
-                "neighbours' OOMs when one trial overruns",
-                faults["neighbour_ooms"],
-                "",
-                "0",
-                faults["neighbour_ooms"] == 0,
-            ),
+            Figure(f"best samples/s, {m['mode']}", round(m["best_sps"]), "samples/s", note=m["best_config"]),
+            Figure(f"device-hours, {m['mode']}", round(m["device_hours"], 5), "h"),
+            Figure(f"best samples/s per GPU-hour, {m['mode']}", round(m["best_sps_per_gpu_hour"]), "samples/s/h"),
         ]
+    if faults is not None and "error" not in faults:
+        figures += _fault_figures(faults)
+    cached = "cached-" if args.mix == "cached" else ""
+    notes = [f"mix: {args.mix} ({info['mix_size']} configs x {args.copies} per round)"]
+    if args.quick:
+        notes.append(f"--quick: the mix's first {QUICK_TRIALS} configs, {args.rounds} round(s), no fault run")
     write_record(
-        f"edo-{'cuda' if args.device.startswith('cuda') else 'cpu'}",
-        "EDO: trials sharing one device",
+        f"edo-{cached}{'cuda' if args.device.startswith('cuda') else 'cpu'}",
+        "EDO: trials sharing one device" + (", cached tables sized by their grants" if cached else ""),
         figures,
-        settings={k: v for k, v in vars(args).items() if k != "json"} | {"wall_s": round(info["wall_s"])},
+        settings={k: v for k, v in vars(args).items() if k not in ("json", "no_record")}
+        | {"wall_s": round(info["wall_s"])},
         device=args.device,
+        notes=notes,
     )
+
+
+def _x(a: dict[str, Any], b: dict[str, Any], key: str) -> float | None:
+    return round(a[key] / b[key], 2) if b[key] else None
+
+
+def _fault_figures(faults: dict[str, Any]) -> list[Any]:
+    from record import Figure
+
+    regrant = faults["regrant_hb"]
+    return [
+        Figure("re-grant after SIGKILL", regrant, "heartbeats", "<= 2", regrant is not None and regrant <= 2),
+        Figure(
+            "neighbours' OOMs when one trial overruns",
+            faults["neighbour_ooms"],
+            "",
+            "0",
+            faults["neighbour_ooms"] == 0,
+        ),
+    ]
 
 
 if __name__ == "__main__":
