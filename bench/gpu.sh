@@ -38,7 +38,7 @@ while [[ $# -gt 0 ]]; do
 done
 OUTDIR=${1:-/tmp/elastune-gpu-records}
 LOG=/tmp/elastune-gpu
-mkdir -p "$OUTDIR" "$LOG"
+rm -rf "$LOG"; mkdir -p "$OUTDIR" "$LOG"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-530}
@@ -64,6 +64,8 @@ step() {
     timeout "$limit" "$@"
     local rc=$?
     echo "=== $(date +%T) $name: exit $rc$( ((rc == 124)) && echo ' (its time limit)')"
+    # a sweep's own progress and errors (bench/parity.py --log), where the step failed or ran out of time
+    if ((rc != 0)) && [[ -s $LOG/$name.err ]]; then tail -25 "$LOG/$name.err"; fi
     copy_records
 }
 
@@ -89,18 +91,18 @@ echo "checkout $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')${ELA
 if [[ $DRY == 1 ]]; then
     # CPU, tiny: three proposals, short trials, one confirmation round, one rerun
     SWEEP=(--set base.device=cpu --set budget.max_trials=3 --set budget.trial_samples=8192 --set confirm.rounds=1)
-    step parity 300 $PY bench/parity.py --reruns 1 "${SWEEP[@]}"
+    step parity 300 $PY bench/parity.py --reruns 1 --log "$LOG/parity.err" "${SWEEP[@]}"
     step edo 300 $PY bench/edo.py --mix cached --quick --device virtual
-    step lm 300 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 "${SWEEP[@]}" \
+    step lm 300 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${SWEEP[@]}" \
         --set budget.trial_samples=256
     step estimator 200 $PY bench/estimator.py --suite two_tower --device cpu --only 0,1 --repeat 1
     step tests 200 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py
 else
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     GPU=(--gpus-per-trial 0.5 --set base.device=cuda)
-    step parity 240 $PY bench/parity.py --reruns 2 "${GPU[@]}"
+    step parity 240 $PY bench/parity.py --reruns 2 --log "$LOG/parity.err" "${GPU[@]}"
     step edo 150 $PY bench/edo.py --mix cached --quick --device cuda
-    step lm 150 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 "${GPU[@]}"
+    step lm 280 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${GPU[@]}"
     for suite in dlrm two_tower lm; do
         step estimator 90 $PY bench/estimator.py --suite $suite --device cuda --jobs 8 --repeat 2
     done

@@ -24,6 +24,7 @@ its measured one, so a GPU run shows the sweep screening on CUDA predictions.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -37,12 +38,19 @@ import yaml
 from record import ROOT, Figure, write_record
 
 ELASTUNE = [sys.executable, "-m", "elastune.cli"]
+COLUMNS = ["trial / rerun", "status", "params", "peak MiB predicted / measured", "samples/s", "probe", "error"]
 
 
-def _run(args: list[str], env: dict[str, str]) -> str:
-    done = subprocess.run([*ELASTUNE, *args], capture_output=True, text=True, env=env, check=False)
+def _run(args: list[str], env: dict[str, str], log: Path | None = None) -> str:
+    """`elastune ARGS`'s standard output; its standard error goes to `log` as it is written (a run
+    cut short by a time limit still shows how far it got), else is kept for the error."""
+    with open(log, "a") if log else contextlib.nullcontext() as err:
+        done = subprocess.run(
+            [*ELASTUNE, *args], stdout=subprocess.PIPE, stderr=err or subprocess.PIPE, text=True, env=env, check=False
+        )
     if done.returncode != 0:
-        raise RuntimeError(f"elastune {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}")
+        tail = done.stderr[-3000:] if done.stderr else f"(its standard error: {log})"
+        raise RuntimeError(f"elastune {' '.join(args)}: exit {done.returncode}\n{tail}")
     return done.stdout
 
 
@@ -78,6 +86,7 @@ def main() -> None:
     parser.add_argument("--gpus-per-trial", type=float, help="the sweep's GPUs per trial (below 1 shares a GPU)")
     parser.add_argument("--max-trials", type=int, help="the sweep's proposals")
     parser.add_argument("--set", action="append", default=[], help="a sweep override KEY=VALUE (repeatable)")
+    parser.add_argument("--log", type=Path, help="append the sweep's and the reruns' standard error here, as written")
     args = parser.parse_args()
 
     from elastune.tracking.mlflow import load_sweep
@@ -85,7 +94,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         uri = f"sqlite:///{folder}/mlflow.db"
         env = {**os.environ, "ELASTUNE_HOME": folder, "MLFLOW_TRACKING_URI": uri}
-        out = _run(["sweep", args.spec, "--format", "json", *_sweep_options(args)], env)
+        out = _run(["sweep", args.spec, "--format", "json", *_sweep_options(args)], env, args.log)
         # the JSON summary is the last thing printed (Ray and Tune print lines of their own before it)
         sweep_id = json.loads(out[out.rindex("\n{") + 1 if "\n{" in out else out.index("{") :])["sweep_id"]
         record = load_sweep(sweep_id, uri)
@@ -96,8 +105,8 @@ def main() -> None:
         ref_file.write_text(yaml.safe_dump(reference.config))
         best_rates, ratios = [], []
         for _ in range(args.reruns):
-            ref = json.loads(_run(["train", str(ref_file), "--format", "json"], env))
-            run = json.loads(_run(["train", "--from-sweep", sweep_id, "--format", "json"], env))
+            ref = json.loads(_run(["train", str(ref_file), "--format", "json"], env, args.log))
+            run = json.loads(_run(["train", "--from-sweep", sweep_id, "--format", "json"], env, args.log))
             # like for like: the trial's spread is its windows' quartiles, so a rerun counts its windows' median
             best_sps, ref_sps = _windows_median(run), _windows_median(ref)
             best_rates.append(best_sps)
@@ -140,10 +149,10 @@ def main() -> None:
         "counts": record.counts(),
     }
     pairs = enumerate(zip(best_rates, ratios, strict=True))
-    reruns = [[f"rerun {i + 1}", "", "", "", round(r), round(q, 3)] for i, (r, q) in pairs]
+    reruns = [[f"rerun {i + 1}", "", "", "", round(r), round(q, 3), ""] for i, (r, q) in pairs]
     trials = [
         [t.trial_id, t.status, json.dumps(t.params), f"{_mib(t.estimated_peak_bytes)} / {_mib(t.peak_memory_bytes)}",
-         round(t.samples_per_s) if t.samples_per_s else "-", t.peak_memory_kind or "-"]
+         round(t.samples_per_s) if t.samples_per_s else "-", t.peak_memory_kind or "-", (t.error or "")[:300]]
         for t in record.trials
     ]  # fmt: skip
     write_record(
@@ -154,7 +163,7 @@ def main() -> None:
         settings=settings,
         device=device,
         table={
-            "columns": ["trial / rerun", "status", "params", "peak MiB predicted / measured", "samples/s", "probe"],
+            "columns": COLUMNS,
             "rows": trials + reruns,
         },
         notes=[f"best trial {best.trial_id}: {best.params}; threads {best.config.get('threads')}"],

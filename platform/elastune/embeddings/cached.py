@@ -162,11 +162,15 @@ class CachedEmbedding(SelfUpdatingEmbedding):
             occupied = occupied[keep]
         kept = occupied.numel()
         kept_rows = self.slot_to_row[occupied]
-        on_device = occupied.to(self._device)
+        # Through the host: the old cache is let go before the new one is allocated, so a resize
+        # never holds two caches on the device (under EDO a grown grant holds the new one only).
+        kept_weight, kept_state = self.cache_weight.cpu()[occupied], self.cache_state.cpu()[occupied]
+        self.cache_weight = self.cache_weight.new_empty(0, self.dim)  # (a view would keep the storage)
+        self.cache_state = self.cache_state.new_empty(0, self.state_width)
         cache_weight = torch.zeros(capacity, self.dim, device=self._device)
         cache_state = torch.zeros(capacity, self.state_width, device=self._device)
-        cache_weight[:kept] = self.cache_weight[on_device]
-        cache_state[:kept] = self.cache_state[on_device]
+        cache_weight[:kept] = kept_weight
+        cache_state[:kept] = kept_state
         slot_to_row = torch.full((capacity,), -1, dtype=torch.int64)
         slot_to_row[:kept] = kept_rows
         self.row_to_slot[kept_rows] = torch.arange(kept, dtype=torch.int32)

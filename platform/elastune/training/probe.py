@@ -194,6 +194,10 @@ class CudaProbe:
         self._base_reserved = torch.cuda.memory_reserved(self.device)
         self._base_allocated = torch.cuda.memory_allocated(self.device)
         self._run_reserved = self._run_allocated = 0
+        if self._limit is not None:
+            # A limit set before the baseline (an EDO grant acquired before train() warms up the
+            # runtime) counted the warm-up's workspaces against the grant: count from the new baseline.
+            self.set_limit(self._limit)
 
     def peak(self) -> MemoryPeak:
         reserved = max(self._run_reserved, self.window_peak(reset=False))
