@@ -7,7 +7,8 @@
 #   edo        EDO where memory binds: trials whose cached tables grow with their grant, EDO vs a
 #              static 1/2 split vs one at a time (bench/edo.py --mix cached --quick)
 #   lm         the LM quick sweep, the same way (bench/parity.py --spec search_spaces/lm_quick.yaml)
-#   estimator  predicted vs measured peaks on CUDA: the DLRM, two-tower and LM suites
+#   estimator  predicted vs measured peaks on CUDA over the estimator's zoo (twelve workloads, its
+#              fit and held-out halves apart)
 #   tests      the tests that need CUDA
 #
 # Each step runs under its own time limit and only while the call's budget (BUDGET_S, default 530
@@ -18,7 +19,7 @@
 #     bash bench/gpu.sh [--dry-run] [--pack DIR] [--only STEP,...] [RECORDS_DIR]
 #
 # --pack DIR  first install the wheels `python bench/gpu_pack.py` put in DIR (pip --no-index, into
-#             /tmp/elastune-site), then elastune and the two-tower example from this checkout: for a
+#             /tmp/elastune-site), then elastune and the example workloads from this checkout: for a
 #             machine with torch but no Ray, MLflow, Optuna or pydantic, and no package index
 # --dry-run   the same steps on the CPU, tiny (records go to a throw-away folder): what
 #             `make gpu-pack-check` runs here before a GPU machine is asked for
@@ -77,7 +78,7 @@ if [[ -n $PACK ]]; then
     export PATH=$SITE/bin:$PATH
     # with the pack's setuptools: the machine's own may predate this pyproject's license fields
     $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "$SITE" \
-        . examples/two_tower 2>&1 | grep -v "already exists" || true
+        . examples/*/ 2>&1 | grep -v "already exists" || true
 fi
 $PY - <<'EOF' || { echo "the sweep's packages do not import: build the pack again (bench/gpu_pack.py)"; exit 1; }
 import mlflow, optuna, pydantic, ray, torch, elastune.cli, elastune.tuning.sweep  # noqa: F401
@@ -95,7 +96,7 @@ if [[ $DRY == 1 ]]; then
     step edo 300 $PY bench/edo.py --mix cached --quick --device virtual
     step lm 300 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${SWEEP[@]}" \
         --set budget.trial_samples=256
-    step estimator 200 $PY bench/estimator.py --suite two_tower --device cpu --only 0,1 --repeat 1
+    step estimator 200 $PY bench/estimator.py --suite zoo --device cpu --only 0,40 --repeat 1
     step tests 200 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py
 else
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -103,9 +104,8 @@ else
     step parity 240 $PY bench/parity.py --reruns 2 --log "$LOG/parity.err" "${GPU[@]}"
     step edo 150 $PY bench/edo.py --mix cached --quick --device cuda
     step lm 280 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${GPU[@]}"
-    for suite in dlrm two_tower lm; do
-        step estimator 90 $PY bench/estimator.py --suite $suite --device cuda --jobs 8 --repeat 2
-    done
+    # the zoo: twelve workloads, its fit and held-out halves reported apart
+    step estimator 300 $PY bench/estimator.py --suite zoo --device cuda --jobs 8 --repeat 1
     step tests 90 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py \
         tests/unit/test_estimate.py tests/unit/test_loop.py
 fi
