@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt examples/two_tower/pyproject.toml examples/sasrec/pyproject.toml \
-		examples/digits/pyproject.toml examples/movie_ratings/pyproject.toml
+		examples/digits/pyproject.toml examples/movie_ratings/pyproject.toml examples/ctr_models/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(PIP_TORCH_FLAGS) "$(TORCH)"
@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml constraints.txt examples/two_tower/pyproject.toml examp
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/sasrec  # `workload: sasrec`
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/digits  # `workload: digits`
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/movie_ratings  # `workload: movie_ratings`
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/ctr_models  # `workload: deepfm`, `dcn_v2`, `mmoe`
 	touch $@
 
 # The main job on embedded defaults: the quick sweep on a local Ray, recorded in ./mlflow.db.
