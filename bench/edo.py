@@ -66,8 +66,9 @@ the mode used (its wall time / 3600: one device) and best samples/s per GPU-hour
     python bench/edo.py --json out.json  # also the raw figures
     python bench/edo.py --device cuda    # on GPU 0 (exits 2 where CUDA is not available)
 
-Each run writes its record to bench/records/ (`--no-record`: none), one benchmark per mix (edo-cpu,
-edo-cached-cpu; -cuda on the GPU); `python bench/render.py` updates bench/RESULTS.md.
+Each run writes its record to bench/records/ (or to $ELASTUNE_BENCH_RECORDS: a trial run's folder),
+one benchmark per mix (edo-cpu, edo-cached-cpu; -cuda on the GPU); `python bench/render.py` updates
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -934,7 +935,8 @@ def _comparisons(modes: list[dict[str, Any]]) -> list[str]:
 
 
 def _ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
-    return f"{a[key] / b[key]:.2f}x" if b[key] else "- (none completed)"
+    x = _x(a, b, key)
+    return f"{x:.2f}x" if x is not None else "- (none completed)"
 
 
 def _fault_lines(f: dict[str, Any]) -> list[str]:
@@ -980,7 +982,6 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--also-k", type=int, default=3, help="a second static split for comparison (0: none)")
     parser.add_argument("--edo-slots", type=int, default=4, help="EDO: trials started at once (memory decides)")
     parser.add_argument("--json", help="write raw figures here")
-    parser.add_argument("--no-record", action="store_true", help="do not write a record to bench/records/")
     parser.add_argument(
         "--device",
         choices=DEVICES,
@@ -1086,8 +1087,7 @@ def main() -> None:
         Path(args.json).write_text(
             json.dumps({"info": info, "calibration": calib, "modes": modes, "faults": faults}, indent=1)
         )
-    if not args.no_record:
-        _record(args, modes, faults, info)
+    _record(args, modes, faults, info)
 
 
 def fault_run(
@@ -1125,7 +1125,6 @@ def _record(
         figures += [
             Figure(f"best samples/s, {m['mode']}", round(m["best_sps"]), "samples/s", note=m["best_config"]),
             Figure(f"device-hours, {m['mode']}", round(m["device_hours"], 5), "h"),
-            Figure(f"best samples/s per GPU-hour, {m['mode']}", round(m["best_sps_per_gpu_hour"]), "samples/s/h"),
         ]
     if faults is not None and "error" not in faults:
         figures += _fault_figures(faults)
@@ -1137,8 +1136,7 @@ def _record(
         f"edo-{cached}{'cuda' if args.device.startswith('cuda') else 'cpu'}",
         "EDO: trials sharing one device" + (", cached tables sized by their grants" if cached else ""),
         figures,
-        settings={k: v for k, v in vars(args).items() if k not in ("json", "no_record")}
-        | {"wall_s": round(info["wall_s"])},
+        settings={k: v for k, v in vars(args).items() if k != "json"} | {"wall_s": round(info["wall_s"])},
         device=args.device,
         notes=notes,
     )

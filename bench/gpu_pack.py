@@ -38,6 +38,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20
@@ -149,7 +150,8 @@ def _without_symbols(binary: bytes) -> bytes:
 
 
 def strip_wheel(wheel: Path) -> int:
-    """Rewrite `wheel` without the STRIP members, its RECORD listing what is left; bytes saved."""
+    """Rewrite `wheel` without the members STRIP_PREFIXES and STRIP_SUFFIXES name, STRIP_SYMBOLS'
+    binaries without their symbol tables, its RECORD listing what is left; bytes saved."""
     before = wheel.stat().st_size
     stripped = wheel.with_suffix(".tmp")
     with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(stripped, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as dst:
@@ -184,7 +186,7 @@ def repository_bytes() -> int:
     return sum(f.stat().st_size for f in files if f.is_file())
 
 
-def build(out: Path) -> dict[str, object]:
+def build(out: Path) -> dict[str, Any]:
     pins = requirements()
     with tempfile.TemporaryDirectory() as tmp:
         download(pins, Path(tmp))
@@ -212,13 +214,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / ".gpu-pack"), help="the folder to (re)write")
     out = Path(parser.parse_args().out)
     manifest = build(out)
-    wheels = sorted(out.glob("*.whl"))
-    pack, repo = sum(w.stat().st_size for w in wheels), repository_bytes()
-    print(f"{len(wheels)} wheels in {out}:")
-    for wheel in wheels:
-        print(f"  {wheel.stat().st_size / MiB:6.2f} MiB  {wheel.name}")
+    pack, repo = manifest["pack_bytes"], manifest["repository_bytes"]
+    print(f"{len(manifest['wheels'])} wheels in {out}:")
+    for name in manifest["wheels"]:
+        print(f"  {(out / name).stat().st_size / MiB:6.2f} MiB  {name}")
     print(
-        f"wheels {pack / MiB:.1f} MiB (Ray's stripped of {int(str(manifest['ray_stripped_bytes'])) / MiB:.1f}) "
+        f"wheels {pack / MiB:.1f} MiB (Ray's stripped of {manifest['ray_stripped_bytes'] / MiB:.1f}) "
         f"+ repository {repo / MiB:.1f} MiB = {(pack + repo) / MiB:.1f} MiB (limit {LIMIT / MiB:.0f})"
     )
     if pack + repo > LIMIT:

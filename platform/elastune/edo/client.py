@@ -330,7 +330,7 @@ class EdoBoundary:
         self._cache_rows0 = [min(m.num_rows, round(m.capacity / self._build_fraction)) for m in self._caches]
         row_bytes = [m.device_bytes() / m.capacity if m.capacity else 0.0 for m in self._caches]
         d = self.demand
-        shape = Shape.configured(
+        return Shape.configured(
             state.micro,
             want_bytes=d.want_bytes,
             min_bytes=d.min_bytes,
@@ -338,9 +338,8 @@ class EdoBoundary:
             cache_rows=sum(self._cache_rows0),
             cache_bytes=int(sum(b * rows for b, rows in zip(row_bytes, self._cache_rows0, strict=True))),
             min_cache_fraction=d.min_cache_fraction,
+            built_rows=sum(m.capacity for m in self._caches),
         )
-        shape.rows = sum(m.capacity for m in self._caches)
-        return shape
 
     def _apply(self, to: Split, state: LoopState, event: str, used: int) -> None:
         assert self._shape is not None

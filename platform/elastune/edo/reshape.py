@@ -73,17 +73,19 @@ class Shape:
         cache_rows: int = 0,
         cache_bytes: int = 0,
         min_cache_fraction: float = 1.0,
+        built_rows: int | None = None,
     ) -> Shape:
         """The configured shape, its bytes per sample priced by the demand: what the predicted peaks
         of the configured (`want_bytes`) and the smallest shape (`min_bytes`: micro-batch `min_micro`,
-        `min_cache_fraction` of the rows) differ by beyond the cache's rows, per sample of micro-batch."""
+        `min_cache_fraction` of the rows) differ by beyond the cache's rows, per sample of micro-batch.
+        `built_rows`: the cached rows the model was built with, where fewer than `cache_rows`."""
         span = micro - min(min_micro, micro)
         predicted = want_bytes - min_bytes - cache_bytes * (1 - min_cache_fraction)
         return cls(
             micro0=micro,
             micro_floor=min(ladder(micro)),
             rows0=cache_rows,
-            rows=cache_rows,
+            rows=cache_rows if built_rows is None else built_rows,
             min_rows=int(cache_rows * min_cache_fraction),
             row_bytes=cache_bytes / cache_rows if cache_rows else 0.0,
             sample_bytes=predicted / span if span > 0 and predicted > 0 else want_bytes / micro,

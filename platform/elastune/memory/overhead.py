@@ -52,7 +52,7 @@ import torch
 from elastune.config import RunConfig
 from elastune.memory.live_bytes import LiveBytes
 
-__all__ = ["CPU_FIT", "CpuFit", "CpuInputs", "cpu_inputs", "cpu_other", "cpu_other_parts", "other_bytes", "other_parts"]
+__all__ = ["CPU_FIT", "CpuFit", "CpuInputs", "cpu_inputs", "cpu_other", "cpu_other_parts", "other_parts"]
 
 _MiB = 2**20
 _VIRTUAL_FIXED = 5 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
@@ -118,19 +118,12 @@ def cpu_other_parts(x: CpuInputs, fit: CpuFit = CPU_FIT) -> dict[str, float]:
 
 def cpu_other(x: CpuInputs, fit: CpuFit = CPU_FIT) -> int:
     """The CPU heap model: resident bytes at the peak beyond the traced peak."""
-    total = 0.0
-    for term in cpu_other_parts(x, fit).values():  # summed in the model's order, as fitted
-        total += term
-    return int(total)
-
-
-def other_bytes(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool) -> int:
-    """What the device holds at its peak beyond `tracker`'s traced peak (see the module docstring)."""
-    return sum(other_parts(cfg, tracker, cuda=cuda, virtual=virtual).values())
+    return int(sum(cpu_other_parts(x, fit).values()))
 
 
 def other_parts(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool) -> dict[str, int]:
-    """`other_bytes`, by its named terms (they sum to it):
+    """What the device holds at its peak beyond `tracker`'s traced peak (see the module docstring),
+    by its named terms:
 
     - CPU: `runtime` (fitted: torch's runtime, autograd bookkeeping, the data stream, kernels'
       scratch; lower with a row-wise sparse optimizer), `activation_holes` and `gradient_holes` (heap
@@ -146,9 +139,9 @@ def other_parts(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool
     if virtual:
         onednn = _onednn_matmuls(cfg.precision)
         return {"runtime": _VIRTUAL_FIXED} | ({"onednn_cache": _VIRTUAL_ONEDNN} if onednn else {})
-    x = cpu_inputs(cfg, tracker)
-    parts = {name: int(value) for name, value in cpu_other_parts(x).items()}
-    parts["runtime"] += cpu_other(x) - sum(parts.values())  # the terms' rounding: they sum to the model's figure
+    terms = cpu_other_parts(cpu_inputs(cfg, tracker))
+    parts = {name: int(value) for name, value in terms.items()}
+    parts["runtime"] += int(sum(terms.values())) - sum(parts.values())  # rounded, they sum to the model's figure
     return parts
 
 
