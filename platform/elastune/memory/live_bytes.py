@@ -5,10 +5,14 @@ a CUDA prediction, replays each allocation and free through the caching allocato
 The breakdown attributes the live bytes at the traced peak to parameters, gradients, optimizer
 state and activations (everything else the step holds: activations, temporaries, the batch).
 
-CUDA replay: what a CUDA kernel allocates beyond its outputs (cuda_kernels.py) is replayed around
-the op. It also undoes one trace artifact: autograd formulas take out-of-place branches for tensor
-subclasses (fake tensors are one), where eager CUDA writes into fresh zeros; the result then takes
-over the zeros' block instead of allocating its own.
+CUDA replay: every storage's allocation and free goes through the caching allocator's model in the
+trace's order, so the prediction holds what the reserved peak owes to that order: blocks cached
+for one step's shapes that the next step's tensors do not fit (why an LM under dynamic padding is
+traced over the run's own sequence of batch shapes: trace.py). What a CUDA kernel allocates
+beyond its outputs (cuda_kernels.py) is replayed around the op. The replay also undoes one trace
+artifact: autograd formulas take out-of-place branches for tensor subclasses (fake tensors are
+one), where eager CUDA writes into fresh zeros; the result then takes over the zeros' block
+instead of allocating its own.
 """
 
 from __future__ import annotations

@@ -14,19 +14,33 @@ The worst case, one row per lookup, would over-predict those strategies at large
 For a CUDA prediction the model is built on the host, as `train` builds it, and only what
 `.to(device)` moves enters the allocator's replay: not the build's scratch, nor the tensors a module
 keeps in host memory, named in its `host_buffers` (the `cached` strategy's table).
+
+Where a workload's batches change shape from one to the next (an LM under dynamic padding or
+packing: each micro-batch as long as its longest sequence, or as many rows as its documents pack
+into), a CUDA prediction runs the run's own batches instead of two of one shape: the training steps
+and then the evaluation batches the workload gives (`Workload.example_batches`: for the LM, its
+first 16 steps and eval batches in the run's order, then each one larger than all before it). The
+caching allocator keeps every freed block for a later request that fits, so shapes that vary leave
+blocks too small for the next step's tensors, and the reserved peak grows past what the largest
+shape alone reserves: measured on an H200, the LM at micro 32 reserves 368 MiB with dynamic
+padding, 254 with static padding (every step at the full context); the replay predicts 366, two
+steps of the longest shape 254 (bench/records/estimator-lm-cuda-20261126-040721-5d3d951.json). The
+CPU prediction still traces two steps of the largest shape the run's data shows: its heap model
+is fitted on that trace.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from elastune.config import RunConfig
+from elastune.data.batch import Batch
 from elastune.embeddings.full import feature_offsets
 from elastune.embeddings.self_updating import SelfUpdatingEmbedding
 from elastune.embeddings.sparse_optim import traced_distinct_rows
@@ -35,7 +49,7 @@ from elastune.memory.live_bytes import LiveBytes
 from elastune.training.optim import Optimizers
 from elastune.training.precision import autocast_for
 from elastune.training.step import forward_backward
-from elastune.workloads import build_workload
+from elastune.workloads import Workload, build_workload
 
 __all__ = ["distinct_rows", "trace"]
 
@@ -118,8 +132,8 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
     scaler = torch.amp.GradScaler("cpu", enabled=False)  # unscaling is in place: no extra bytes
     model.train()
     tracker.training = True
-    for _ in range(2):
-        batch = workload.example_batch(cfg.batch.effective)
+    replay = tracker.cuda is not None
+    for batch in _batches(workload, cfg.batch.effective, 2, replay=replay):
         tracker.begin_transient()
         forward_backward(model, workload, batch, cfg.batch.micro, autocast, scaler)
         tracker.end_transient()
@@ -130,8 +144,16 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
         del batch
     model.eval()
     with torch.no_grad(), autocast():
-        eval_batch = workload.example_batch(cfg.eval.batch or cfg.batch.micro)
-        workload.eval_step(model, eval_batch, cast(Mapping[str, Any], _UNRECORDED))
+        for batch in _batches(workload, cfg.eval.batch or cfg.batch.micro, 1, replay=replay, held_out=True):
+            workload.eval_step(model, batch, cast(Mapping[str, Any], _UNRECORDED))
+            del batch
+
+
+def _batches(workload: Workload, n: int, count: int, *, replay: bool, held_out: bool = False) -> Iterator[Batch]:
+    """The batches the trace runs: `count` of `example_batch(n)`, or in a CUDA replay the run's
+    own, in order, where the workload's shapes change from batch to batch (`example_batches`)."""
+    varying = workload.example_batches(held_out=held_out) if replay else None
+    return varying if varying is not None else (workload.example_batch(n) for _ in range(count))
 
 
 class _Unrecorded:

@@ -16,7 +16,7 @@ factory may be the subclass itself (`workload: my_pkg.models:MyWorkload`), calle
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
@@ -180,3 +180,14 @@ class Workload:
             with outside_trace():  # real data, read outside the estimator's fake tensors
                 template = self._template = self.data_source().read(0, 1)
         return example_like(template, n)
+
+    def example_batches(self, *, held_out: bool = False) -> Iterator[Batch] | None:
+        """For a workload whose batches change shape from one to the next (an LM's dynamic padding:
+        each micro-batch as long as its longest sequence): fake batches, made as `example_batch`
+        makes them, each shaped as one of the run's own, in the order the run reads them: its
+        training steps (`batch.micro` x `batch.accum` samples each, as `arrange_step` leaves them),
+        or with `held_out` its evaluation batches. After the first few, a batch no larger than one
+        before it may be left out. A CUDA estimate runs them: the caching allocator keeps the
+        blocks of every shape it has served, so what it reserves depends on the sequence of shapes,
+        not only on the largest. None (default): every batch is shaped as `example_batch`'s."""
+        return None

@@ -25,7 +25,11 @@ Knobs (its options, `workload_options.KEY`, which a sweep can search like any ru
   can see (`seen_shapes`): it reads the lengths of the run's first training steps (up to
   SEEN_SEQUENCES sequences) and of every evaluation batch, splits them into micro-batches as the
   loop does, and prices each micro-batch size at the longest sequence (dynamic) or the most packed
-  rows (packed) among them. A later batch longer than all of those is not priced.
+  rows (packed) among them. A later batch longer than all of those is not priced. A CUDA
+  estimate runs the run's own lengths instead, batch by batch in the run's order
+  (`example_batches`: the first REPLAYED steps and eval batches, then each one larger than all
+  before it): the caching allocator's reserved peak depends on the sequence of shapes, not only
+  on the largest (memory/trace.py).
 - `bucket_by_length` (dynamic padding): a step's sequences are sorted by length before they
   are split into micro-batches, so short ones pad to short ones (it matters when batch.accum > 1).
 - `activation_checkpointing: none | every_block | every_n` (`checkpoint_every`): the
@@ -39,7 +43,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Literal, cast
 
 import numpy as np
@@ -60,7 +65,8 @@ from elastune.workloads.quality import QualityMetric
 
 __all__ = ["PAD", "LMOptions", "LMWorkload", "SyntheticText", "TransformerLM", "make_lm"]
 
-SEEN_SEQUENCES = 16_384  # the estimator reads at most this many training sequences' lengths (`seen_shapes`)
+SEEN_SEQUENCES = 16_384  # the estimator reads at most this many training sequences' lengths (`run_lengths`)
+REPLAYED = 16  # a CUDA estimate replays the run's first steps and eval batches, then only larger ones (`replayed`)
 
 
 class LMOptions(WorkloadOptions):
@@ -139,28 +145,67 @@ def first_fit(lengths: Sequence[int], context: int) -> tuple[list[int], list[int
 def seen_shapes(cfg_json: str) -> tuple[tuple[int, int, int], ...]:
     """What the estimator prices an LM run's micro-batches at: (micro-batch size, its longest
     sequence, the rows it packs into), the most of each over the micro-batches of the run's first
-    steps (up to SEEN_SEQUENCES sequences, arranged and split as the loop does; one rank's view)
-    and over every evaluation batch. Reads lengths only where the source can (synthetic text)."""
+    steps and over every evaluation batch (`run_lengths`)."""
     cfg = RunConfig.model_validate_json(cfg_json)
-    workload = LMWorkload(cfg, LMOptions.model_validate(cfg.workload_options))
-    context = workload.options.context
-    source = workload.data_source()
+    context = LMOptions.model_validate(cfg.workload_options).context
     seen: dict[int, tuple[int, int]] = {}
 
-    def see(lengths: list[int]) -> None:
+    def see(lengths: tuple[int, ...]) -> None:
         longest, rows = seen.get(len(lengths), (0, 0))
-        seen[len(lengths)] = (max(longest, max(lengths)), max(rows, first_fit(lengths, context)[2]))
+        shape = _shape(lengths, context)
+        seen[len(lengths)] = (max(longest, shape[0]), max(rows, shape[1]))
 
-    effective, micro = cfg.batch.effective, cfg.batch.micro
+    for lengths in run_lengths(cfg_json):
+        for part in _micro_batches(lengths, cfg.batch.micro):
+            see(part)
+    for lengths in run_lengths(cfg_json, held_out=True):
+        see(lengths)
+    return tuple((size, longest, rows) for size, (longest, rows) in sorted(seen.items()))
+
+
+@functools.lru_cache(maxsize=32)
+def run_lengths(cfg_json: str, held_out: bool = False) -> tuple[tuple[int, ...], ...]:
+    """The real lengths of an LM run's batches, in the order the loop reads them: its first
+    training steps (up to SEEN_SEQUENCES sequences; one rank's view), each as `arrange_step`
+    orders it, or with `held_out` every evaluation batch."""
+    cfg = RunConfig.model_validate_json(cfg_json)
+    workload = LMWorkload(cfg, LMOptions.model_validate(cfg.workload_options))
+    source = workload.data_source()
+    if held_out:
+        batches = source.eval_batches(cfg.eval.samples, cfg.eval.batch or cfg.batch.micro)
+        return tuple(tuple(int(n) for n in batch.lengths.tolist()) for batch in batches)
+    effective = cfg.batch.effective
+    steps = []
     for step in range(min(cfg.steps, max(1, SEEN_SEQUENCES // effective))):
         lengths = [int(n) for n in _lengths(source, step * effective, effective)]
         if workload.options.bucket_by_length:
             lengths.sort()  # arrange_step's order (equal lengths are interchangeable)
-        for start in range(0, len(lengths), micro):
-            see(lengths[start : start + micro])
-    for batch in source.eval_batches(cfg.eval.samples, cfg.eval.batch or micro):
-        see([int(n) for n in batch.lengths.tolist()])
-    return tuple((size, longest, rows) for size, (longest, rows) in sorted(seen.items()))
+        steps.append(tuple(lengths))
+    return tuple(steps)
+
+
+def replayed(batches: Iterable[tuple[int, ...]], size: Callable[[tuple[int, ...]], int]) -> Iterator[tuple[int, ...]]:
+    """Of a run's batches (their lengths, in order), those a CUDA estimate replays: the first
+    REPLAYED, then each one larger by `size` than all before it. The caching allocator reserves
+    anew when a request outgrows every free block it has cached: once the first steps have cached
+    blocks of the shapes they use, that happens at a step whose shapes are larger than any before
+    it. (Replaying every step of 13 dynamic and packed configs, 100 or 300 steps each, the reserved
+    peak grew after the 14th step only at such steps, and this selection reproduces each peak.)"""
+    largest = 0
+    for index, lengths in enumerate(batches):
+        this = size(lengths)
+        if index < REPLAYED or this > largest:
+            yield lengths
+        largest = max(largest, this)
+
+
+def _micro_batches(lengths: tuple[int, ...], micro: int) -> list[tuple[int, ...]]:
+    return [lengths[start : start + micro] for start in range(0, len(lengths), micro)]
+
+
+def _shape(lengths: Sequence[int], context: int) -> tuple[int, int]:
+    """(longest sequence, packed rows) of a micro-batch of sequences of these lengths."""
+    return max(lengths), first_fit(lengths, context)[2]
 
 
 def _lengths(source: DataSource, start: int, n: int) -> np.ndarray:
@@ -281,6 +326,8 @@ class LMWorkload(Workload):
         if cfg.data.source == "text":
             self.vocab = text_tokenizer(cfg.data, options.vocab, self._eval_samples).get_vocab_size()
         self._tables = [TableSpec("tokens", self.vocab, width)]
+        # the estimator's fake batches made of the run's lengths (`example_batches`), by storage
+        self._made_of: weakref.WeakKeyDictionary[torch.UntypedStorage, tuple[int, ...]] = weakref.WeakKeyDictionary()
 
     @property
     def tables(self) -> list[TableSpec]:
@@ -321,25 +368,31 @@ class LMWorkload(Workload):
 
     def _tokens(self, batch: TokenBatch) -> torch.Tensor:
         """[B, T]: under dynamic padding only up to the micro-batch's longest sequence (a traced,
-        fake batch has no lengths: the longest the run's data shows, `_priced`)."""
+        fake batch has no lengths: `_priced`)."""
         tokens = batch.tokens
         if self.options.padding == "dynamic" and len(batch):
-            longest = self._priced(len(batch))[0] if is_fake(batch.lengths) else int(batch.lengths.max())
+            longest = self._priced(batch)[0] if is_fake(batch.lengths) else int(batch.lengths.max())
             tokens = tokens[:, :longest]
         return tokens
 
-    def _priced(self, n: int) -> tuple[int, int]:
-        """(longest sequence, packed rows) the estimator's trace prices a micro-batch of `n`
-        sequences at: the most the run's data shows (`seen_shapes`), else the worst case."""
+    def _priced(self, batch: TokenBatch) -> tuple[int, int]:
+        """(longest sequence, packed rows) the estimator's trace prices fake `batch` at: those of
+        the real lengths it was made of (`example_batches`; a micro-batch is a view of its step's
+        batch, so its lengths are the step's at its offset); else the most the run's data shows
+        for a micro-batch of its size (`seen_shapes`), else the worst case."""
+        made_of = self._made_of.get(batch.lengths.untyped_storage())
+        if made_of is not None:
+            start = batch.lengths.storage_offset()
+            return _shape(made_of[start : start + len(batch)], self.options.context)
         with outside_trace():  # reads real data: neither faked nor counted
-            seen = dict((size, (longest, rows)) for size, longest, rows in seen_shapes(self.cfg.model_dump_json()))
-        return seen.get(n, (self.options.context, n))
+            seen = {size: (longest, rows) for size, longest, rows in seen_shapes(self.cfg.model_dump_json())}
+        return seen.get(len(batch), (self.options.context, len(batch)))
 
     def _token_losses(self, model: nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(summed next-token loss over real tokens, count of real targets)."""
         if self.options.padding == "packed" and len(batch):
             if is_fake(batch.lengths):  # the estimator's trace: the most rows the run's data packs into
-                tokens = batch.tokens[: self._priced(len(batch))[1]]
+                tokens = batch.tokens[: self._priced(batch)[1]]
                 segments, positions = torch.zeros_like(tokens), torch.zeros_like(tokens)
             else:
                 tokens, segments, positions = self.pack(batch)
@@ -406,6 +459,28 @@ class LMWorkload(Workload):
 
     def example_batch(self, n: int) -> TokenBatch:
         return TokenBatch(torch.zeros(n, self.options.context, dtype=torch.int64), torch.zeros(n, dtype=torch.int64))
+
+    def example_batches(self, *, held_out: bool = False) -> Iterator[TokenBatch] | None:
+        """Dynamic padding and packing: fake batches of the run's own lengths (`run_lengths`), in
+        its order, those `replayed` keeps; each micro-batch is priced at its own longest sequence
+        or packed rows (`_priced`). Static padding: None (every batch has the context's shape)."""
+        if self.options.padding == "static":
+            return None
+        with outside_trace():  # reads real data: neither faked nor counted
+            batches = run_lengths(self.cfg.model_dump_json(), held_out)
+        micro = (self.cfg.eval.batch or self.cfg.batch.micro) if held_out else self.cfg.batch.micro
+        grows_with = 1 if self.options.padding == "packed" else 0  # its packed rows, or its longest sequence
+
+        def size(lengths: tuple[int, ...]) -> int:
+            return max(_shape(part, self.options.context)[grows_with] for part in _micro_batches(lengths, micro))
+
+        return (self._fake(lengths) for lengths in replayed(batches, size))
+
+    def _fake(self, lengths: tuple[int, ...]) -> TokenBatch:
+        """A fake batch of sequences of these lengths, which `_priced` reads back."""
+        batch = self.example_batch(len(lengths))
+        self._made_of[batch.lengths.untyped_storage()] = lengths
+        return batch
 
 
 def make_lm(cfg: RunConfig, options: LMOptions) -> LMWorkload:
