@@ -1,70 +1,116 @@
-"""Refit the CPU heap model's coefficients (platform/elastune/memory/overhead.py, `CPU_FIT`) from the
-estimator benchmark's records, jointly over every suite that recorded its heap-model inputs.
+"""Refit the estimator's constants on the zoo's fit half only, from the zoo's records, and score
+the held-out half under them.
 
-bench/estimator.py records, per config, what the model reads from the trace (`CpuInputs`) beside
-the measured peak (the highest of its fresh runs). This script minimises the squared *relative*
-error (the benchmark's criterion is relative: within ±10%) over all of them at once, so no suite's
-configs are tuned at another's expense: a grid over the activation share (it sits inside a max),
-linear least squares for the other four coefficients at each point.
+bench/estimator.py --suite zoo measures twelve workloads, split in two halves fixed before any
+refit (ZOO_FIT, ZOO_HELD_OUT). This script reads the measured peaks of a CPU-probe record and a
+virtual-device record of that suite, traces each config again with the code checked out (the trace
+is deterministic: what the overhead model reads from it is the same as when the record was made, or
+newer), and fits, on the fit half's configs only:
 
-    python bench/fit_overhead.py                       # newest record of each CPU suite
-    python bench/fit_overhead.py --records a.json b.json
+- the CPU heap model (`CPU_FIT` in platform/elastune/memory/overhead.py): minimises the squared
+  relative error, a grid over the activation share (it sits inside a max) and linear least squares
+  for the other four coefficients at each point;
+- the virtual device's runtime (`VIRTUAL_RUNTIME`): what the device holds beyond the traced
+  tensors is an amount of bytes (torch's runtime, blocks under its mmap threshold), so its estimate
+  is the fit half's mean residual in bytes; oneDNN's primitive cache (6 MiB, measured by switching
+  the cache off) is taken as measured, not fitted;
+- the screening margins (`SCREEN_MARGIN`): the most a fit-half config was measured above its
+  refitted prediction, as a factor. A sweep screens proposals with prediction x margin.
 
-It prints the fitted `CpuFit`, and the error per config and per suite under the fit and under the
-coefficients in overhead.py now. Paste the fit into overhead.py, then re-run bench/estimator.py on
-each suite: the re-run's fresh measurements are the check, not this fit's residuals.
+Then it scores both halves under the refitted constants: the held-out half's figures are a result
+(the constants never saw those workloads), the fit half's are a fit. `--record` writes them as a
+record (estimator-zoo-refit); `elastune estimate` quotes the held-out figures as the error to
+expect on a workload of one's own (`HELD_OUT` in overhead.py).
+
+    python bench/fit_overhead.py                       # the newest zoo record of each probe
+    python bench/fit_overhead.py --cpu A.json --virtual B.json --record
+
+Paste the printed constants into overhead.py. The records' measurements do not depend on the
+constants, so re-scoring them is exact; a fresh zoo run is the check on new measurements.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from elastune.memory.overhead import CPU_FIT, CpuFit, CpuInputs, cpu_other
+from elastune.memory.overhead import (
+    CPU_FIT,
+    VIRTUAL_ONEDNN,
+    VIRTUAL_RUNTIME,
+    CpuFit,
+    CpuInputs,
+    cpu_inputs,
+    cpu_other,
+    onednn_matmuls,
+)
 
-RECORDS = Path(__file__).resolve().parent / "records"
-SUITES = ("estimator-cpu", "estimator-two_tower-cpu", "estimator-lm-cpu")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from estimator import ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
+from record import RECORDS, Figure, write_record
+
 _MiB = 2**20
+BANDS = {"cpu": 0.15, "virtual": 0.10}  # the estimator's targets per probe (±15% CPU, ±10% virtual)
+SHARES = {"cpu": 0.80, "virtual": 0.90}  # ... for at least this share of the held-out configs
+KINDS = {"cpu": "cpu_rss_hwm", "virtual": "virtual"}  # the keys of SCREEN_MARGIN and HELD_OUT in overhead.py
 
 
-def newest_records() -> list[Path]:
-    """The newest record of each CPU estimator suite that carries heap-model inputs."""
-    found = []
-    for suite in SUITES:
-        for path in sorted(RECORDS.glob(f"{suite}-*.json"), key=lambda p: json.loads(p.read_text())["date"] + p.name)[
-            ::-1
-        ]:
-            if _rows(path):
-                found.append(path)
-                break
-    return found
+@dataclass(frozen=True)
+class Row:
+    """One zoo config: what was measured, and what the overhead model reads from its trace."""
+
+    label: str
+    workload: str
+    measured: float  # bytes
+    inputs: CpuInputs
+    onednn: bool  # bf16 / fp16 matmuls run through oneDNN on this CPU
 
 
-def _rows(path: Path) -> list[tuple[str, CpuInputs, int]]:
+def newest(probe: str) -> Path:
+    paths = sorted(RECORDS.glob(f"estimator-zoo-{probe}-*.json"), key=lambda p: json.loads(p.read_text())["date"])
+    if not paths:
+        flag = " --probe virtual" if probe == "virtual" else ""
+        raise SystemExit(f"no estimator-zoo-{probe} record: run bench/estimator.py --suite zoo{flag} first")
+    return paths[-1]
+
+
+def rows_of(path: Path) -> list[Row]:
+    """The record's configs, each traced again from the benchmark's own overrides."""
+    from elastune.memory.trace import trace
+    from elastune.validate import load_run_config
+
     record = json.loads(path.read_text())
-    table = record.get("table") or {}
-    if "heap model inputs" not in table.get("columns", []):
-        return []
-    column = table["columns"].index("heap model inputs")
+    if record["settings"].get("fit_set") != list(ZOO_FIT):
+        raise SystemExit(f"{path.name}: its fit set is not bench/estimator.py's ZOO_FIT; the halves never move")
+    overrides = dict(ZOO_CONFIGS)
+    columns = record["table"]["columns"]
     rows = []
-    for row in table["rows"]:
-        inputs = dict(row[column])
-        measured = inputs.pop("measured")
-        rows.append((f"{record['benchmark']}: {row[1]}", CpuInputs(**inputs), measured))
+    for cells in record["table"]["rows"]:
+        cell = dict(zip(columns, cells, strict=True))
+        label = cell["config"].rsplit(" (", 1)[0]  # "dlrm: default (fit)"
+        inputs = cell.get("heap model inputs") or {}
+        measured = inputs.get("measured") or cell["measured MiB"] * _MiB  # bytes where recorded
+        cfg = load_run_config(None, _run("cpu") + overrides[label])
+        tracker = trace(cfg)
+        rows.append(Row(label, label.split(":")[0], float(measured), cpu_inputs(cfg, tracker), onednn_matmuls(cfg)))
     return rows
 
 
-def fit(rows: list[tuple[str, CpuInputs, int]]) -> CpuFit:
-    measured = np.array([m for _, _, m in rows], dtype=float)
+def fit_cpu(rows: list[Row]) -> CpuFit:
+    measured = np.array([r.measured for r in rows])
     best: tuple[float, CpuFit] | None = None
     for share in np.arange(0.0, 1.51, 0.01):
         # other = fixed + row_optimizer*[row] + holes(share) + traced_share*traced + gradient_share*grads
-        holes = np.array([max(x.traced, x.train_peak + share * x.heap_activations) - x.traced for _, x, _ in rows])
-        design = np.array([[1.0, float(x.row_optimizer), x.traced, x.heap_gradients] for _, x, _ in rows])
-        target = measured - np.array([x.traced for _, x, _ in rows]) - holes
+        xs = [r.inputs for r in rows]
+        holes = np.array([max(x.traced, x.train_peak + share * x.heap_activations) - x.traced for x in xs])
+        design = np.array([[1.0, float(x.row_optimizer), x.traced, x.heap_gradients] for x in xs])
+        target = measured - np.array([x.traced for x in xs]) - holes
         weights = 1 / measured  # relative error
         coef, *_ = np.linalg.lstsq(design * weights[:, None], target * weights, rcond=None)
         candidate = CpuFit(
@@ -74,50 +120,178 @@ def fit(rows: list[tuple[str, CpuInputs, int]]) -> CpuFit:
             traced_share=float(coef[2]),
             gradient_share=float(coef[3]),
         )
-        loss = float(np.sum((_predict(rows, candidate) / measured - 1) ** 2))
+        loss = float(np.sum((predict_cpu(rows, candidate) / measured - 1) ** 2))
         if best is None or loss < best[0]:
             best = (loss, candidate)
     assert best is not None
     return best[1]
 
 
-def _predict(rows: list[tuple[str, CpuInputs, int]], coefficients: CpuFit) -> np.ndarray:
-    return np.array([x.traced + cpu_other(x, coefficients) for _, x, _ in rows], dtype=float)
+def fit_virtual(rows: list[Row]) -> float:
+    return float(np.mean([r.measured - r.inputs.traced - VIRTUAL_ONEDNN * r.onednn for r in rows]))
 
 
-def report(rows: list[tuple[str, CpuInputs, int]], coefficients: CpuFit, title: str) -> dict[str, Any]:
-    errors = _predict(rows, coefficients) / np.array([m for _, _, m in rows]) - 1
-    print(f"\n{title}")
-    by_suite: dict[str, list[float]] = {}
-    for (label, _, measured), error in zip(rows, errors, strict=True):
-        by_suite.setdefault(label.split(":")[0], []).append(float(error))
-        flag = "" if abs(error) <= 0.10 else "  <- outside ±10%"
-        print(f"  {label:58} measured {measured / _MiB:8.1f} MiB  error {error:+6.1%}{flag}")
-    for suite, errs in by_suite.items():
-        within = sum(abs(e) <= 0.10 for e in errs)
-        print(f"  {suite}: {within}/{len(errs)} within ±10%, max |error| {max(map(abs, errs)):.1%}")
-    return by_suite
+def predict_cpu(rows: list[Row], fit: CpuFit) -> np.ndarray:
+    return np.array([r.inputs.traced + cpu_other(r.inputs, fit) for r in rows], dtype=float)
+
+
+def predict_virtual(rows: list[Row], runtime: float) -> np.ndarray:
+    return np.array([r.inputs.traced + runtime + VIRTUAL_ONEDNN * r.onednn for r in rows], dtype=float)
+
+
+def margin(rows: list[Row], predicted: np.ndarray) -> float:
+    """The most a config was measured above its prediction, as a factor (at least 1)."""
+    return max(1.0, float(np.max(np.array([r.measured for r in rows]) / predicted)))
+
+
+def score(rows: list[Row], predicted: np.ndarray, probe: str, bound: float) -> dict[str, Any]:
+    errors = predicted / np.array([r.measured for r in rows]) - 1
+    band = BANDS[probe]
+    paired = list(zip(rows, predicted, errors, strict=True))
+    under = [(r.label, float(e)) for r, pr, e in paired if r.measured > 1.1 * pr]
+    over_bound = [r.label for r, pr, _ in paired if r.measured > pr * bound]
+    return {
+        "configs": len(rows),
+        "within": int(np.sum(np.abs(errors) <= band)),
+        "band": band,
+        "median": float(statistics.median(np.abs(errors))),
+        "under": under,
+        "worst_under": float(min(0.0, np.min(errors))),
+        "over_bound": over_bound,
+        "errors": {r.label: float(e) for r, e in zip(rows, errors, strict=True)},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", nargs="*", type=Path, help="estimator records (default: newest per CPU suite)")
+    parser.add_argument("--cpu", type=Path, help="estimator-zoo-cpu record (default: the newest)")
+    parser.add_argument("--virtual", type=Path, help="estimator-zoo-virtual record (default: the newest)")
+    parser.add_argument("--probes", default="cpu,virtual", help="which probes' constants to refit (default: both)")
+    parser.add_argument("--record", action="store_true", help="write the scores as a record (estimator-zoo-refit)")
     args = parser.parse_args()
-    paths = args.records or newest_records()
-    rows = [row for path in paths for row in _rows(path)]
-    if not rows:
-        raise SystemExit("no estimator record with heap-model inputs: run bench/estimator.py first")
-    print("records: " + ", ".join(p.name for p in paths))
-    report(rows, CPU_FIT, "coefficients in overhead.py now:")
-    fitted = fit(rows)
-    report(rows, fitted, "refitted:")
-    print(
-        "\nCPU_FIT = CpuFit(\n"
-        f"    fixed={fitted.fixed / _MiB:.1f} * _MiB,\n"
-        f"    row_optimizer={fitted.row_optimizer / _MiB:.1f} * _MiB,\n"
-        f"    activation_share={fitted.activation_share:.2f},\n"
-        f"    traced_share={fitted.traced_share:.4f},\n"
-        f"    gradient_share={fitted.gradient_share:.3f},\n)"
+    given = {"cpu": args.cpu, "virtual": args.virtual}
+    sources = {probe: given[probe] or newest(probe) for probe in args.probes.split(",")}
+    results: dict[str, dict[str, Any]] = {}
+    constants: dict[str, Any] = {}
+    for probe, path in sources.items():
+        rows = rows_of(path)
+        fit_rows = [r for r in rows if r.workload in ZOO_FIT]
+        held = [r for r in rows if r.workload in ZOO_HELD_OUT]
+        # (fit, predict, the constants in overhead.py now) per probe
+        fitter, predict, now_constant = {
+            "cpu": (fit_cpu, predict_cpu, CPU_FIT),
+            "virtual": (fit_virtual, predict_virtual, VIRTUAL_RUNTIME),
+        }[probe]
+        fitted = fitter(fit_rows)
+        now = score(held, predict(held, now_constant), probe, 1.0)
+        bound = margin(fit_rows, predict(fit_rows, fitted))
+        constants[probe] = (fitted, bound)
+        results[probe] = {
+            "record": path.name,
+            "fit": score(fit_rows, predict(fit_rows, fitted), probe, bound),
+            "held-out": score(held, predict(held, fitted), probe, bound),
+            "held-out, constants before the refit": now,
+        }
+        print(f"\n{probe} ({path.name}):")
+        for name, s in results[probe].items():
+            if name == "record":
+                continue
+            print(
+                f"  {name}: {s['within']}/{s['configs']} within ±{s['band']:.0%}, median {s['median']:.1%}, "
+                f"measured > 10% above prediction: {len(s['under'])} "
+                + "; ".join(f"{label} {e:+.1%}" for label, e in s["under"])
+            )
+            if name != "held-out, constants before the refit":
+                print(f"    above prediction x {bound:.3f}: {len(s['over_bound'])} {' '.join(s['over_bound'])}")
+    print("\n# paste into platform/elastune/memory/overhead.py")
+    if "cpu" in constants:
+        cpu, _ = constants["cpu"]
+        print(
+            f"CPU_FIT = CpuFit(fixed={cpu.fixed / _MiB:.1f} * _MiB, "
+            f"row_optimizer={cpu.row_optimizer / _MiB:.1f} * _MiB, "
+            f"activation_share={cpu.activation_share:.2f}, traced_share={cpu.traced_share:.4f}, "
+            f"gradient_share={cpu.gradient_share:.3f})"
+        )
+    if "virtual" in constants:
+        print(f"VIRTUAL_RUNTIME = int({constants['virtual'][0] / _MiB:.2f} * _MiB)")
+    for probe, (_, bound) in constants.items():
+        kind = KINDS[probe]
+        held = results[probe]["held-out"]
+        print(
+            f'SCREEN_MARGIN["{kind}"] = {bound:.2f}\n'
+            f'HELD_OUT["{kind}"] = HeldOutError(band={held["band"]}, within={held["within"]}, '
+            f"configs={held['configs']}, median={held['median']:.3f}, worst_under={held['worst_under']:.3f})"
+        )
+    if args.record:
+        _record(sources, results, constants)
+
+
+def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], constants: dict[str, Any]) -> None:
+    figures = []
+    for probe, by_set in results.items():
+        share = SHARES[probe]
+        for name in ("held-out", "fit"):
+            s = by_set[name]
+            figures += [
+                Figure(
+                    f"{probe} {name}: configs within ±{s['band']:.0%}",
+                    round(s["within"] / s["configs"], 3),
+                    "",
+                    f">= {share:.2f}",
+                    s["within"] / s["configs"] >= share,
+                    f"{s['within']}/{s['configs']}",
+                ),
+                Figure(
+                    f"{probe} {name}: configs measured > 10% above their prediction",
+                    len(s["under"]),
+                    "",
+                    "0",
+                    not s["under"],
+                    "; ".join(f"{label} {e:+.1%}" for label, e in s["under"]),
+                ),
+                Figure(f"{probe} {name}: median |error|", round(s["median"], 4)),
+            ]
+        bound = constants[probe][1]
+        held = by_set["held-out"]
+        figures.append(
+            Figure(
+                f"{probe} held-out: configs above the screening bound (prediction x {bound:.2f})",
+                len(held["over_bound"]),
+                "",
+                "0",
+                not held["over_bound"],
+                " ".join(held["over_bound"]),
+            )
+        )
+    write_record(
+        "estimator-zoo-refit",
+        "Estimator zoo: constants refitted on the fit half, both halves scored",
+        figures,
+        settings={
+            "sources": {probe: path.name for probe, path in sources.items()},
+            "fit_set": list(ZOO_FIT),
+            "held_out_set": list(ZOO_HELD_OUT),
+            **(
+                {"cpu_fit": {k: round(v, 4) for k, v in vars(constants["cpu"][0]).items()}}
+                if "cpu" in constants
+                else {}
+            ),
+            **({"virtual_runtime_mib": round(constants["virtual"][0] / _MiB, 2)} if "virtual" in constants else {}),
+            "screen_margin": {KINDS[probe]: round(bound, 3) for probe, (_, bound) in constants.items()},
+        },
+        notes=[
+            "measured peaks from the source records, predictions re-scored under constants fitted on the fit half "
+            "only (bench/fit_overhead.py): the held-out figures are the result, the fit half's are a fit",
+        ],
+        table={
+            "columns": ["probe", "config", "set", "error"],
+            "rows": [
+                [probe, label, name, f"{e:+.1%}"]
+                for probe, by_set in results.items()
+                for name in ("fit", "held-out")
+                for label, e in by_set[name]["errors"].items()
+            ],
+        },
     )
 
 

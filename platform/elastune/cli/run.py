@@ -7,7 +7,7 @@ import secrets
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,6 +18,9 @@ from elastune.errors import InputError
 from elastune.jsonout import Format, dumps
 from elastune.units import human_bytes
 from elastune.validate import load_run_config, validate_run_config
+
+if TYPE_CHECKING:  # the estimator pulls in torch: not imported to print --help
+    from elastune.memory.overhead import HeldOutError
 
 __all__ = ["config_schema", "config_show", "estimate", "train"]
 
@@ -114,6 +117,8 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
             | ({"by_name": named} if named else {}),
             "breakdown": est.breakdown,
             "overhead": est.overhead,
+            "upper_bound_bytes": est.upper_bound_bytes,
+            "expected_error": est.to_dict()["expected_error"],
             "traced_peak_bytes": est.traced_peak_bytes,
             "seconds": est.seconds,
             "config": cfg.to_dict(),
@@ -138,7 +143,23 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
                 label = f"  {OVERHEAD_LABELS.get(term, term.replace('_', ' '))}"
                 table.add_row(label, f"{term_size:,}", human_bytes(term_size))
     table.add_row("[bold]peak[/]", f"[bold]{est.peak_bytes:,}[/]", f"[bold]{human_bytes(est.peak_bytes)}[/]")
+    if est.upper_bound_bytes != est.peak_bytes:
+        margin = est.upper_bound_bytes / est.peak_bytes
+        bound = est.upper_bound_bytes
+        table.add_row(f"upper bound (x{margin:.2f}, what sweeps screen)", f"{bound:,}", human_bytes(bound))
     out.print(table)
+    out.print(expected_error_line(est.expected_error))
+
+
+def expected_error_line(held: HeldOutError | None) -> str:
+    """How far off to expect the prediction, from the estimator's held-out workloads."""
+    if held is None:
+        return "Expected error: not yet measured on workloads outside the estimator's fit set for this device."
+    return (
+        f"Expected error (bench/estimator.py's held-out models, none fitted on): {held.within} of {held.configs} "
+        f"configs within ±{held.band:.0%}, median {held.median:.1%}; the most one measured above its prediction: "
+        f"{-held.worst_under:.1%}."
+    )
 
 
 # How `elastune estimate` names the overhead model's terms (memory/overhead.py `other_parts`).

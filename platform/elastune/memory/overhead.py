@@ -52,11 +52,26 @@ import torch
 from elastune.config import RunConfig
 from elastune.memory.live_bytes import LiveBytes
 
-__all__ = ["CPU_FIT", "CpuFit", "CpuInputs", "cpu_inputs", "cpu_other", "cpu_other_parts", "other_parts"]
+__all__ = [
+    "CPU_FIT",
+    "HELD_OUT",
+    "SCREEN_MARGIN",
+    "VIRTUAL_ONEDNN",
+    "VIRTUAL_RUNTIME",
+    "CpuFit",
+    "CpuInputs",
+    "HeldOutError",
+    "cpu_inputs",
+    "cpu_other",
+    "cpu_other_parts",
+    "onednn_matmuls",
+    "other_parts",
+]
 
 _MiB = 2**20
-_VIRTUAL_FIXED = 5 * _MiB  # the virtual device: runtime and blocks under its 256 KiB threshold
-_VIRTUAL_ONEDNN = 6 * _MiB  # and oneDNN's primitive cache, where bf16 matmuls run through oneDNN
+# the virtual device: runtime and blocks under its 256 KiB threshold (fitted: bench/fit_overhead.py)
+VIRTUAL_RUNTIME = 5 * _MiB
+VIRTUAL_ONEDNN = 6 * _MiB  # and oneDNN's primitive cache, where bf16 matmuls run through oneDNN (measured)
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,27 @@ class CpuFit:
 CPU_FIT = CpuFit(
     fixed=31.5 * _MiB, row_optimizer=-20.8 * _MiB, activation_share=1.014, traced_share=0.0106, gradient_share=0.747
 )
+
+
+@dataclass(frozen=True)
+class HeldOutError:
+    """How far the estimator's predictions fell from measured peaks on the zoo's held-out workloads,
+    under the constants above (bench/fit_overhead.py; record estimator-zoo-refit): the error to
+    expect on a model the constants were never fitted on."""
+
+    band: float  # the probe's target band (±10% on the virtual device, ±15% on the CPU probe)
+    within: int  # configs predicted within the band
+    configs: int
+    median: float  # median |error|
+    worst_under: float  # the most a config was measured above its prediction (negative: under-predicted)
+
+
+# per probe kind; CUDA has no held-out figures yet (the zoo has not run on a GPU)
+HELD_OUT: dict[str, HeldOutError] = {}
+
+# A sweep screens a proposal with its prediction times this factor: the most a config of the fit
+# half was measured above its prediction (bench/fit_overhead.py). CUDA: 1.0, not measured on the zoo.
+SCREEN_MARGIN: dict[str, float] = {"cpu_rss_hwm": 1.0, "virtual": 1.0, "cuda_reserved": 1.0}
 
 
 def cpu_inputs(cfg: RunConfig, tracker: LiveBytes) -> CpuInputs:
@@ -137,18 +173,17 @@ def other_parts(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool
         assert tracker.cuda is not None
         return {"allocator": max(0, tracker.cuda.peak_reserved - tracker.peak)}
     if virtual:
-        onednn = _onednn_matmuls(cfg.precision)
-        return {"runtime": _VIRTUAL_FIXED} | ({"onednn_cache": _VIRTUAL_ONEDNN} if onednn else {})
+        return {"runtime": VIRTUAL_RUNTIME} | ({"onednn_cache": VIRTUAL_ONEDNN} if onednn_matmuls(cfg) else {})
     terms = cpu_other_parts(cpu_inputs(cfg, tracker))
     parts = {name: int(value) for name, value in terms.items()}
     parts["runtime"] += int(sum(terms.values())) - sum(parts.values())  # rounded, they sum to the model's figure
     return parts
 
 
-def _onednn_matmuls(precision: str) -> bool:
-    """Whether this CPU's torch runs `precision`'s matmuls through oneDNN (bf16 with AVX-512, fp16
-    with AVX-512-FP16 or AMX); elsewhere torch's own kernels run them, with no primitive cache."""
-    check = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}.get(precision)
+def onednn_matmuls(cfg: RunConfig) -> bool:
+    """Whether this CPU's torch runs `cfg`'s matmuls through oneDNN (bf16 with AVX-512, fp16 with
+    AVX-512-FP16 or AMX); elsewhere torch's own kernels run them, with no primitive cache."""
+    check = {"bf16": "_is_mkldnn_bf16_supported", "fp16": "_is_mkldnn_fp16_supported"}.get(cfg.precision)
     if check is None or not torch.backends.mkldnn.is_available():
         return False
     try:

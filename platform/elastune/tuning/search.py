@@ -258,7 +258,9 @@ class ScreeningSearch(Searcher):
                 return {**nest(flat, sep="/"), NUMBER_KEY: number, ESTIMATE_KEY: predicted}
             ot_trial = self._live.pop(trial_id)
             ceiling = spec.constraints.memory_ceiling or 1
-            set_constraints(ot_trial, {"memory": ((predicted or ceiling) - ceiling) / ceiling + 1e-9, "quality": 0.0})
+            # screened on its upper bound, which can be over the ceiling where the prediction is not
+            over = max(predicted or ceiling, ceiling) - ceiling
+            set_constraints(ot_trial, {"memory": over / ceiling + 1e-9, "quality": 0.0})
             self._study.tell(ot_trial, self._worst())
             SCREENED.setdefault(self._sweep_id, []).append(Screened(number, flat, predicted, reason))
         return Searcher.FINISHED  # type: ignore[return-value]

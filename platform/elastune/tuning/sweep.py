@@ -553,8 +553,9 @@ def check_ceiling(spec: SweepSpec) -> None:
                 Problem(
                     "constraints.memory_ceiling",
                     human_bytes(ceiling),
-                    f"is below the smallest config this space can propose ({human_bytes(smallest)} predicted for "
-                    f"{params or 'the base config'}); raise the ceiling to at least {human_bytes(smallest)} "
+                    f"is below the smallest config this space can propose ({human_bytes(smallest)} predicted with the "
+                    f"estimator's screening margin, for {params or 'the base config'}); raise the ceiling to at least "
+                    f"{human_bytes(smallest)} "
                     "or add cheaper choices",
                 )
             ]

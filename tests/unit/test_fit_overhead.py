@@ -1,0 +1,68 @@
+"""bench/fit_overhead.py refits the estimator's constants from the zoo's records: on synthetic rows
+made by known constants it must recover them, and it must refuse a record whose halves moved."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import fit_overhead
+from elastune.memory.overhead import VIRTUAL_ONEDNN, CpuFit, CpuInputs, cpu_other
+
+MiB = 2**20
+KNOWN = CpuFit(fixed=20 * MiB, row_optimizer=-8 * MiB, activation_share=0.6, traced_share=0.02, gradient_share=0.5)
+
+
+def _inputs(rng: random.Random) -> CpuInputs:
+    traced = rng.randint(20, 600) * MiB
+    return CpuInputs(
+        traced=traced,
+        train_peak=traced - rng.randint(0, 5) * MiB,
+        heap_activations=rng.randint(0, 40) * MiB,
+        heap_gradients=rng.randint(0, 20) * MiB,
+        row_optimizer=rng.random() < 0.4,
+    )
+
+
+def test_the_cpu_heap_model_is_recovered_from_rows_it_made() -> None:
+    rng = random.Random(3)
+    rows = []
+    for i in range(30):
+        x = _inputs(rng)
+        rows.append(fit_overhead.Row(f"w{i % 5}: c{i}", f"w{i % 5}", x.traced + cpu_other(x, KNOWN), x, False))
+    fitted = fit_overhead.fit_cpu(rows)
+    assert fitted.activation_share == pytest.approx(KNOWN.activation_share, abs=0.011)
+    assert fitted.fixed == pytest.approx(KNOWN.fixed, rel=0.02)
+    assert fitted.row_optimizer == pytest.approx(KNOWN.row_optimizer, rel=0.05)
+    assert fitted.gradient_share == pytest.approx(KNOWN.gradient_share, rel=0.05)
+
+
+def test_the_virtual_runtime_is_the_mean_residual_and_the_margin_the_worst_under_prediction() -> None:
+    rng = random.Random(4)
+    residuals = [6 * MiB, 8 * MiB, 7 * MiB, 9 * MiB]  # mean 7.5 MiB
+    rows = []
+    for i, extra in enumerate(residuals):
+        x = _inputs(rng)
+        onednn = i % 2 == 0
+        rows.append(fit_overhead.Row(f"w: c{i}", "w", x.traced + extra + VIRTUAL_ONEDNN * onednn, x, onednn))
+    runtime = fit_overhead.fit_virtual(rows)
+    assert runtime == pytest.approx(7.5 * MiB)
+    predicted = fit_overhead.predict_virtual(rows, runtime)
+    worst = max(r.measured / p for r, p in zip(rows, predicted, strict=True))
+    assert worst > 1.0 and fit_overhead.margin(rows, predicted) == pytest.approx(worst)
+    # a model that never under-predicts needs no margin
+    assert fit_overhead.margin(rows, predicted * 2) == 1.0
+
+
+def test_a_record_whose_halves_moved_is_refused(tmp_path: Path) -> None:
+    record = tmp_path / "estimator-zoo-cpu-x.json"
+    moved = ["sasrec", *fit_overhead.ZOO_FIT[1:]]
+    record.write_text(json.dumps({"settings": {"fit_set": moved}, "table": {"columns": [], "rows": []}}))
+    with pytest.raises(SystemExit, match="halves never move"):
+        fit_overhead.rows_of(record)
