@@ -170,6 +170,7 @@ OVERHEAD_LABELS = {
     "heap_rounding": "heap: page and chunk rounding",
     "onednn_cache": "oneDNN primitive cache",
     "allocator": "caching allocator: rounding, fragmentation, kernels' buffers",
+    "data_reader": "data reader (pyarrow, text read ahead, parsed blocks)",
 }
 
 

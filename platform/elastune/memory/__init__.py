@@ -7,6 +7,8 @@ One module per concern, each importing only those below it:
 - `estimate.py`: the API (`estimate`, `Estimate`, `PARTS`): a config in, a predicted peak out.
 - `trace.py`: the fake-tensor trace of the loop's own step, and the distinct rows it is told.
 - `overhead.py`: what a device holds beyond the traced tensors (CPU, virtual device, CUDA).
+- `data_stream.py`: what a file reader holds in host memory beyond them (the Criteo TSV reader's
+  pyarrow set-up, read-ahead and blocks: `reader_bytes`).
 - `live_bytes.py`: the dispatch mode that keeps the traced peak and replays it for CUDA.
 - `cuda_kernels.py`: what CUDA kernels allocate that a CPU trace cannot see.
 - `cuda_allocator.py`: a model of PyTorch's CUDA caching allocator.

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from elastune.config import RunConfig
+from elastune.memory.data_stream import reader_bytes
 from elastune.memory.live_bytes import LiveBytes
 
 __all__ = [
@@ -163,7 +164,9 @@ def other_parts(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool
 
     - CPU: `runtime` (fitted: torch's runtime, autograd bookkeeping, the data stream, kernels'
       scratch; lower with a row-wise sparse optimizer), `activation_holes` and `gradient_holes` (heap
-      blocks freed and not yet reused), `heap_rounding` (page and chunk rounding);
+      blocks freed and not yet reused), `heap_rounding` (page and chunk rounding), and where a file
+      reader holds more than the synthetic stream, `data_reader` (data_stream.py, measured, not fitted;
+      the virtual device's and CUDA's host memory is not measured with one);
     - virtual device: `runtime` (measured), and `onednn_cache` where bf16 / fp16 matmuls run through
       oneDNN;
     - CUDA: `allocator` (the caching allocator's rounding and fragmentation, and what kernels
@@ -177,7 +180,8 @@ def other_parts(cfg: RunConfig, tracker: LiveBytes, *, cuda: bool, virtual: bool
     terms = cpu_other_parts(cpu_inputs(cfg, tracker))
     parts = {name: int(value) for name, value in terms.items()}
     parts["runtime"] += int(sum(terms.values())) - sum(parts.values())  # rounded, they sum to the model's figure
-    return parts
+    reader = reader_bytes(cfg)  # a file reader's host memory (data_stream.py): 0 for the synthetic stream
+    return parts | ({"data_reader": reader} if reader else {})
 
 
 def onednn_matmuls(cfg: RunConfig) -> bool:
