@@ -55,7 +55,7 @@ BEATS_PER_INTERVAL = 3  # lease renewals per heartbeat interval (the lease is 1.
 SHRINK_ATTEMPTS = 3  # re-shapes tried before a shrink is confirmed regardless (then enforced)
 GROW_MARGIN = 0.05  # growing needs this much room beyond the prediction, shrinking only `headroom`
 DEMAND_PADDING = 0.10  # plan_demand's margin over the estimate: the estimator's ±10% goal,
-DEMAND_PADDING_MIN = 5 * 2**20  # and at least the virtual device's spread above its fixed 5 MiB (+5 MiB)
+DEMAND_PADDING_MIN = 7 * 2**20  # and at least the virtual device's spread above its fitted runtime (+7 MiB)
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart.
     # Padded by the estimator's error goal: a trial whose smallest shape measures 1% over a bare
     # estimate has nothing left to shrink and fails. And by at least the virtual device's own
-    # spread (up to 5 MiB over its fixed 5 MiB, memory/overhead.py): a small trial's tables dominate
+    # spread (up to 7 MiB over its fitted runtime, memory/overhead.py): a small trial's tables dominate
     # every shape, so 10% of a small estimate is less than that spread at every micro-batch down to 1.
     def priced(c: RunConfig) -> int:
         predicted = estimate(c, virtual=True).peak_bytes
