@@ -20,6 +20,7 @@ __all__ = [
     "InputError",
     "OutOfMemory",
     "Problem",
+    "SweepFoundNothing",
     "SweepInterrupted",
 ]
 
@@ -96,6 +97,17 @@ class EdoError(ElastuneError):
     """No memory for this trial: no EDO broker, no grant within the timeout, or its grant was lost."""
 
 
+class SweepFoundNothing(ElastuneError):
+    """A sweep ran to its end without a config to recommend (tuning/outcome.py): exit 1 where no
+    trial completed, 2 where nothing was feasible. The CLI prints the record's table first."""
+
+    label = "no result"
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class SweepInterrupted(ElastuneError):
     """A sweep's driver was stopped by a signal: the sweep is recorded as interrupted and can be
     resumed. Exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would;
@@ -115,4 +127,21 @@ class SweepInterrupted(ElastuneError):
         super().__init__(
             f"sweep {record.sweep_id} interrupted by {name} after {done} trial(s); recorded as interrupted. "
             f"Resume it with:\n  {resume_command}"
+        )
+
+
+class StoreUnreachable(ElastuneError):
+    """A sweep ended while its MLflow store did not answer: what its driver could not write is in
+    the sweep's journal (tracking/journal.py), for `elastune sync SWEEP_ID` to write once the store
+    answers. Exits 1. `record` is the sweep as its driver ended it (its own view: the store lacks
+    part of it), for the CLI to print before this message, whose last line is the sync command."""
+
+    def __init__(self, record: Any, tracking_uri: str, journal: Any, sync_command: str) -> None:
+        self.record = record  # the SweepRecord (tracking/records.py)
+        self.journal = journal  # the journal's path
+        self.sync_command = sync_command
+        super().__init__(
+            f"sweep {record.sweep_id} {record.status}, but the MLflow store at {tracking_uri} does not answer: "
+            f"what the store lacks is journaled in {journal}. Once the store answers, write it there with:\n"
+            f"  {sync_command}"
         )

@@ -1,8 +1,9 @@
 """The `elastune` command: every subcommand registered in one place, and `main`, which turns
 errors into exit codes.
 
-Exit codes: 0 ok, 1 runtime failure, 2 invalid input (nothing launched, written or lost), 130 / 143
-a sweep stopped by SIGINT / SIGTERM (resumable).
+Exit codes: 0 ok, 1 runtime failure (or a sweep where no trial completed), 2 invalid input (nothing
+launched, written or lost; or a sweep where nothing was feasible), 130 / 143 a sweep stopped by
+SIGINT / SIGTERM (resumable).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from elastune.cli import doctor, edo, run, sweep, ui
+from elastune.cli import doctor, edo, run, sweep, sync, ui
 from elastune.cli.common import err
 from elastune.cli.k8s import k8s_app
 from elastune.errors import ElastuneError
@@ -29,6 +30,7 @@ app.command()(run.estimate)
 app.command()(sweep.sweep)
 app.command()(sweep.results)
 app.command()(sweep.sweeps)
+app.command()(sync.sync)
 app.command()(doctor.doctor)
 config_app = typer.Typer(help="Inspect run configs.", no_args_is_help=True)
 config_app.command("schema")(run.config_schema)

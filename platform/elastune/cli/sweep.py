@@ -43,7 +43,8 @@ def sweep(
         typer.Option(
             help="Continue an interrupted or stale sweep where it stopped, from its state folder "
             "($ELASTUNE_HOME/sweeps/SWEEP_ID) and the spec kept there, on the cluster --address or $RAY_ADDRESS "
-            "names, else a new local Ray; finished trials are not run again."
+            "names, else a new local Ray; finished trials are not run again. A journal its last driver left "
+            "(the store was down) is written to the store first."
         ),
     ] = None,
     format: FormatOpt = Format.table,
@@ -52,11 +53,16 @@ def sweep(
         bool, typer.Option("--verbose", "-v", help="Also show what Ray, Tune and Optuna print (hidden by default).")
     ] = False,
 ) -> None:
-    """Search strategy, precision, micro-batch and accumulation for the highest samples/s under a ceiling."""
-    from elastune.errors import SweepInterrupted
+    """Search strategy, precision, micro-batch and accumulation for the highest samples/s under a ceiling.
+
+    Exits 0 with a config found, 1 where no trial completed, 2 on bad input or where nothing was
+    feasible (the message names the cheapest config and a ceiling that fits it), 130 / 143 when
+    stopped by SIGINT / SIGTERM (resumable)."""
+    from elastune.errors import StoreUnreachable, SweepFoundNothing, SweepInterrupted
     from elastune.tuning.display import LiveDisplay
+    from elastune.tuning.outcome import outcome
     from elastune.tuning.results import results_json
-    from elastune.tuning.spec import load_sweep_spec
+    from elastune.tuning.spec import load_sweep_spec, validate_sweep_spec
     from elastune.tuning.sweep import SweepOptions, run_sweep
 
     if spec is None and resume is None:
@@ -80,11 +86,11 @@ def sweep(
     options = SweepOptions(address=address, tracking_uri=tracking_uri, display=display, verbose=verbose)
     try:
         record = run_sweep(parsed, options, resume=resume)
-    except SweepInterrupted as stopped:  # the table of what ran, then (main) the line that resumes it
+    except (SweepInterrupted, StoreUnreachable) as stopped:  # the table of what ran, then (main) the line to go on
         if display is not None:
             display.close()
         if format is Format.table:
-            _print_summary(stopped.record, wide=wide)
+            _print_summary(stopped.record, wide=wide, hints=False)  # the error's last line resumes or syncs it
         raise
     finally:
         if display is not None:
@@ -93,6 +99,9 @@ def sweep(
         print(dumps(results_json(record)))
     else:
         _print_summary(record, wide=wide)
+    ended = outcome(record, parsed or validate_sweep_spec(record.spec))
+    if ended.exit_code:
+        raise SweepFoundNothing(ended.message, ended.exit_code)
 
 
 def results(
@@ -109,13 +118,16 @@ def results(
     from elastune.tuning.results import results_json
 
     with reading_the_store():
-        if sweep_id is None:
+        newest = sweep_id is None
+        if newest:
             sweep_id = newest_sweep_id(tracking_uri, finished=True) or newest_sweep_id(tracking_uri)
-            if sweep_id is not None and format is Format.table:
-                # a stored id: whatever the store's writers put there (elastune/text.py)
-                said = f"the newest finished sweep: {safe_text(sweep_id)} (`elastune sweeps` lists every one)"
-                err.print(said, highlight=False)
         record = load_sweep(sweep_id, tracking_uri)
+    if newest and format is Format.table:
+        # stored: whatever the store's writers put there (elastune/text.py)
+        status = safe_text(record.status)
+        which = "finished sweep" if record.status == "finished" else f"sweep ({status}; none has finished)"
+        listed = "(`elastune sweeps` lists every one)"
+        err.print(f"the newest {which}: {safe_text(record.sweep_id)} {listed}", highlight=False)
     if format is Format.json:
         print(dumps(results_json(record)))
     else:
@@ -151,7 +163,7 @@ def sweeps(
     out.print(table)
 
 
-def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS) -> None:
+def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS, hints: bool = True) -> None:
     from elastune.tuning.results import COMPACT_COLUMNS, SUMMARY_COLUMNS, compact_rows, short_bytes, summary_rows
 
     counts = record.counts()
@@ -181,12 +193,27 @@ def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS
     ref = f"{record.reference_samples_per_s:,.0f} samples/s" if record.reference_samples_per_s else "n/a"
     counted = " · ".join(f"{safe_text(status)} {n}" for status, n in counts.items() if n)
     out.print(f"ceiling {ceiling} · reference {ref} · {counted}", highlight=False)
-    if record.best() is not None:
-        said = "best config (MLflow artifact best_config.yaml):"
-        # quoted for a shell: a stored id is pasted into one
-        command = f"elastune train --from-sweep {shlex.quote(printable(record.sweep_id))}"
-        if len(said) + 1 + len(command) <= out.width:
-            out.print(f"{said} {command}", highlight=False, markup=False)
-        else:  # the command whole, on a line of its own (rich would break it at a space)
-            out.print(said, highlight=False, markup=False)
-            out.print(f"  {command}", highlight=False, markup=False, soft_wrap=True)
+    if hints:
+        _print_next_step(record)
+
+
+def _print_next_step(record: Any) -> None:
+    """The command that works for the sweep's state, if one does: train its best config (finished),
+    resume it (interrupted, stale), or wait for it (running)."""
+    # quoted for a shell: a stored id is pasted into one
+    sweep_id = shlex.quote(printable(record.sweep_id))
+    if record.status == "finished" and record.best() is not None:
+        said, command = "best config (MLflow artifact best_config.yaml):", f"elastune train --from-sweep {sweep_id}"
+    elif record.status in {"interrupted", "stale"}:
+        gone = "was interrupted" if record.status == "interrupted" else "stopped without a word (its driver is gone)"
+        said, command = f"the sweep {gone}; resume it where its state folder is:", f"elastune sweep --resume {sweep_id}"
+    elif record.status == "running":
+        out.print("still running: these are its figures so far", highlight=False, markup=False)
+        return
+    else:
+        return
+    if len(said) + 1 + len(command) <= out.width:
+        out.print(f"{said} {command}", highlight=False, markup=False)
+    else:  # the command whole, on a line of its own (rich would break it at a space)
+        out.print(said, highlight=False, markup=False)
+        out.print(f"  {command}", highlight=False, markup=False, soft_wrap=True)

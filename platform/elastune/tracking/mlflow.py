@@ -21,6 +21,10 @@ Where each field lives, and why:
   ELASTUNE_HEARTBEAT_S seconds (default 15) from its own thread. A sweep recorded as running whose
   last beat is more than `STALE_AFTER_BEATS` beats old reads back as `stale`: its driver was
   killed (SIGKILL, a lost machine) before it could say so.
+- A store that stops answering mid-sweep (a server restarted, a lost node) costs the sweep
+  nothing: MLflow's HTTP retries are bounded (below), so the driver notices within seconds, and
+  what it cannot write goes to the sweep's journal on disk and reaches the store, in order, once
+  it answers again (tracking/journal.py; `write_journal` for `elastune sync`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import re
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,15 +48,24 @@ import yaml
 # two "View run" lines to stdout (and cost a request each): the driver prints its own progress.
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+# A request to a server that went away must fail in seconds, not after MLflow's default 7 retries
+# with backoff factor 2 and a 120 s timeout (about 4 minutes of silence): one retry, 1 s backoff,
+# 10 s per attempt. A stopped server is then noticed in about a second, a host that no longer
+# answers at all in at most 2 x 10 s + the backoff + a 5 s /health probe (`SweepTracker.answers`).
+# Nothing is lost by giving up early: what the driver cannot write is journaled (journal.py).
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 
 from elastune.dotted import flatten
-from elastune.errors import InputError, Problem
+from elastune.errors import ElastuneError, InputError, Problem
 from elastune.tracking.artifacts import as_text, best_config_yaml, pareto_png, trials_csv
 from elastune.tracking.encoding import TAG_MAX, mlflow_key, param_value, read_record, record_tags
+from elastune.tracking.journal import Entry, Journal, active_journal, journaled_view, journaling_to
 from elastune.tracking.records import FINAL_TRIAL_STATUSES, RecordError, SweepRecord, TrialRecord
 from elastune.tracking.uri import (
     artifact_location,
@@ -59,6 +73,7 @@ from elastune.tracking.uri import (
     is_http,
     mlflow_run_url,
     resolve_tracking_uri,
+    server_problem,
     sqlite_path,
 )
 
@@ -79,6 +94,7 @@ __all__ = [
     "newest_sweep_id",
     "resolve_tracking_uri",
     "sweep_summaries",
+    "write_journal",
 ]
 
 DEFAULT_EXPERIMENT = "elastune"
@@ -125,12 +141,13 @@ _TRIAL_METRICS = (
 # The store.
 
 
-def _client(uri: str) -> MlflowClient:
-    """A client for a resolved URI; a SQLite file's folder is created, a server must answer /health."""
+def _client(uri: str, check: bool = True) -> MlflowClient:
+    """A client for a resolved URI; a SQLite file's folder is created, a server must answer /health
+    (unless not `check`)."""
     path = sqlite_path(uri)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    elif is_http(uri):
+    elif is_http(uri) and check:
         check_server(uri)
     return MlflowClient(tracking_uri=uri)
 
@@ -181,16 +198,32 @@ class SweepTracker:
     """Writes one sweep (or several, one after another) into an MLflow experiment.
 
     `start_sweep` and `log_trial` set `record.mlflow_run_id` / `trial.mlflow_run_id` on the
-    records they are given, so what `load_sweep` returns equals what was logged.
+    records they are given, so what `load_sweep` returns equals what was logged (a trial's write
+    that went to the journal sets none). While a sweep's driver journals (journal.py), every write
+    of that sweep goes through its journal and, through it, one tracker: `apply` and `replay` are
+    that tracker's side.
     """
 
     def __init__(self, tracking_uri: str, experiment: str = DEFAULT_EXPERIMENT) -> None:
         self.tracking_uri = resolve_tracking_uri(tracking_uri)
         self.experiment = experiment
-        self._client = _client(self.tracking_uri)  # a SQLite store is created (migrated) here, once
-        self._experiment_id = _ensure_experiment(self._client, self.tracking_uri, experiment)
+        # A server that does not answer fails here, with the fix; except in a driver that journals
+        # to it: its sweep callback builds a tracker whenever Tune starts it, outage or not, and
+        # writes through the journal's tracker anyway.
+        offline_ok = journaling_to(self.tracking_uri)
+        self._client = _client(self.tracking_uri, check=not offline_ok)  # a SQLite store is created here, once
+        self._experiment: str | None = None
+        if not offline_ok:
+            self._experiment = _ensure_experiment(self._client, self.tracking_uri, experiment)
         self._runs: dict[str, _RunState] = {}  # run id -> what it holds
         self._children: dict[str, dict[str, str]] = {}  # parent run id -> trial id -> child run id
+
+    @property
+    def _experiment_id(self) -> str:
+        """Looked up (created where missing) on first use."""
+        if self._experiment is None:
+            self._experiment = _ensure_experiment(self._client, self.tracking_uri, self.experiment)
+        return self._experiment
 
     def start_sweep(self, record: SweepRecord) -> str:
         """Create the sweep's parent run, or reopen it when one with this sweep_id exists (resume)."""
@@ -232,8 +265,87 @@ class SweepTracker:
         if artifact is not None:
             self._client.log_text(run_id, artifact.text, artifact.mlflow_path)
 
-    def log_trial(self, record: SweepRecord, trial: TrialRecord) -> str:
-        """Create or update the trial's child run (one per sweep_id and trial_id, never two)."""
+    def log_trial(self, record: SweepRecord, trial: TrialRecord) -> str | None:
+        """Create or update the trial's child run (one per sweep_id and trial_id, never two); its
+        run id (None for a trial whose first write went to the journal)."""
+        self._send(Entry("trial", record, trial))
+        return trial.mlflow_run_id
+
+    def log_confirmation(self, record: SweepRecord, trial: TrialRecord) -> None:
+        """The confirmation stage's figures on a trial that has ended (tuning/confirm.py): its
+        record again, and the ratios as metrics (confirmed_speedup_low/_median/_high)."""
+        self._send(Entry("confirmation", record, trial))
+
+    def update_sweep(self, record: SweepRecord) -> None:
+        """Best-so-far and counts on the parent run: a few rows in one batch, cheap after every trial."""
+        self._send(Entry("sweep", record))
+
+    def finish_sweep(self, record: SweepRecord) -> None:
+        """Artifacts on the parent (best_config.yaml, trials.csv, pareto.png), then end it per status.
+        An interrupted sweep gets none (they come when a resume finishes it): its driver may have
+        only the 3 s `ray job stop` allows, and drawing the plot alone can take that."""
+        if record.status == "running":
+            raise ValueError("finish_sweep needs a final status (finished, failed or interrupted), not 'running'")
+        self._send(Entry("end", record))
+
+    # -- the writes themselves, and a journal's ----------------------------------------------
+
+    def _send(self, entry: Entry) -> None:
+        journal = active_journal(entry.sweep.sweep_id, self.tracking_uri)
+        if journal is None:
+            self.apply(entry)
+        else:
+            journal.write(entry)
+
+    def apply(self, entry: Entry) -> None:
+        """Write one entry to the store (journal.py's `Writer`)."""
+        if entry.kind == "trial":
+            assert entry.trial is not None
+            self._log_trial(entry.sweep, entry.trial)
+        elif entry.kind == "confirmation":
+            assert entry.trial is not None
+            self._log_confirmation(entry.sweep, entry.trial)
+        elif entry.kind == "sweep":
+            self._update_sweep(entry.sweep)
+        else:
+            self._finish_sweep(entry.sweep)
+
+    def replay(self, entries: Sequence[Entry]) -> None:
+        """A journal's entries, in order: each trial's and confirmation's as they came; of the
+        sweep's own, the last alone (each holds all of the sweep's fields), with the trials the
+        store holds once the others are written. Idempotent: a trial that ended keeps its first
+        word, and run ids are looked up by sweep and trial id, not taken from the journal."""
+        if not entries:
+            return
+        sweep_id = entries[0].sweep.sweep_id
+        parent = _find_parent(self._client, self._experiment_id, sweep_id)
+        if parent is None:
+            why = f"holds no sweep {sweep_id!r}: give the store the sweep was recorded in"
+            raise InputError(str(Problem("--tracking-uri", self.tracking_uri, why)))
+        run_id = parent.info.run_id
+        # Read again: a run whose creation reached the store but whose answer did not is found, not made twice.
+        self._children[run_id] = self._load_children(run_id)
+        for entry in entries:
+            if entry.trial is not None:
+                sweep = replace(entry.sweep, mlflow_run_id=run_id)
+                self.apply(Entry(entry.kind, sweep, replace(entry.trial, mlflow_run_id=None)))
+        last = next((entry for entry in reversed(entries) if entry.trial is None), None)
+        if last is not None:
+            trials = _trials(self._client, self._experiment_id, run_id)
+            self.apply(Entry(last.kind, replace(last.sweep, mlflow_run_id=run_id, trials=trials)))
+
+    def answers(self) -> bool:
+        """Whether the store takes requests now: a server's /health (one request, 5 s at most),
+        then one read (a server whose database is gone answers /health but nothing else)."""
+        if is_http(self.tracking_uri) and server_problem(self.tracking_uri, timeout_s=5.0) is not None:
+            return False
+        try:
+            self._client.search_experiments(max_results=1)
+        except Exception:  # whatever went wrong, the store did not answer
+            return False
+        return True
+
+    def _log_trial(self, record: SweepRecord, trial: TrialRecord) -> None:
         parent = self._parent_id(record)
         if parent not in self._children:
             self._children[parent] = self._load_children(parent)
@@ -254,7 +366,7 @@ class SweepTracker:
         state = self._runs[run_id]
         trial.mlflow_run_id = run_id
         if state.final:  # a resumed or restarted driver reporting it again: the first word stands
-            return run_id
+            return
         params = {key: as_text(value) for key, value in flatten(trial.config).items()}
         params |= {f"search.{key}": as_text(value) for key, value in flatten(trial.params).items()}
         metrics = {name: float(getattr(trial, name)) for name in _TRIAL_METRICS if getattr(trial, name) is not None}
@@ -283,11 +395,8 @@ class SweepTracker:
         else:
             self._client.set_terminated(run_id, status=_TRIAL_RUN_STATUS[trial.status])
         state.final = trial.status in FINAL_TRIAL_STATUSES
-        return run_id
 
-    def log_confirmation(self, record: SweepRecord, trial: TrialRecord) -> None:
-        """The confirmation stage's figures on a trial that has ended (tuning/confirm.py): its
-        record again, and the ratios as metrics (confirmed_speedup_low/_median/_high)."""
+    def _log_confirmation(self, record: SweepRecord, trial: TrialRecord) -> None:
         run_id = trial.mlflow_run_id or self._load_children(self._parent_id(record)).get(trial.trial_id)
         if run_id is None or not trial.confirmed_speedup:
             return
@@ -297,8 +406,7 @@ class SweepTracker:
         tags: dict[str, str | None] = {**record_tags(trial.to_dict())}
         self._write(_RunState(run_id), metrics=metrics, tags=tags)
 
-    def update_sweep(self, record: SweepRecord) -> None:
-        """Best-so-far and counts on the parent run: a few rows in one batch, cheap after every trial."""
+    def _update_sweep(self, record: SweepRecord) -> None:
         state = self._runs.get(self._parent_id(record)) or _RunState(self._parent_id(record))
         counts = record.counts()
         metrics: dict[str, float] = {f"trials_{status}": float(n) for status, n in counts.items()}
@@ -319,13 +427,8 @@ class SweepTracker:
         # The step is the number of trials so far: the MLflow UI then plots best-so-far per trial.
         self._write(state, metrics=metrics, tags=self._sweep_tags(record), step=len(record.trials))
 
-    def finish_sweep(self, record: SweepRecord) -> None:
-        """Artifacts on the parent (best_config.yaml, trials.csv, pareto.png), then end it per status.
-        An interrupted sweep gets none (they come when a resume finishes it): its driver may have
-        only the 3 s `ray job stop` allows, and drawing the plot alone can take that."""
-        if record.status == "running":
-            raise ValueError("finish_sweep needs a final status (finished, failed or interrupted), not 'running'")
-        self.update_sweep(record)
+    def _finish_sweep(self, record: SweepRecord) -> None:
+        self._update_sweep(record)
         run_id = self._parent_id(record)
         if record.status != "interrupted":
             self._log_artifacts(run_id, record)
@@ -530,8 +633,12 @@ def newest_sweep_id(tracking_uri: str | None = None, *, finished: bool = False) 
 def load_sweep(
     sweep_id: str | None, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT
 ) -> SweepRecord:
-    """The whole record, trials included (in proposal order), from MLflow alone. None: the newest."""
+    """The whole record, trials included (in proposal order), from MLflow alone. None: the newest.
+    In a driver whose journal holds what the store lacks (journal.py), its own view of its sweep."""
     uri = resolve_tracking_uri(tracking_uri)
+    kept = journaled_view(sweep_id, uri) if sweep_id is not None else None
+    if kept is not None:
+        return kept
     store = _open_store(uri, experiment)
     if store is None:
         raise InputError(
@@ -543,10 +650,29 @@ def load_sweep(
     if parent is None:
         raise _unknown_sweep(sweep_id, uri, experiment)
     record = _sweep_from_run(parent)
-    children = _search(client, experiment_id, f"tags.`{_PARENT}` = '{parent.info.run_id}'")
-    trials = [t for t in (_trial_from_run(run) for run in children) if t is not None]
-    record.trials = sorted(trials, key=lambda t: (t.number, t.trial_id))
+    record.trials = _trials(client, experiment_id, parent.info.run_id)
     return record
+
+
+def write_journal(folder: Path, sweep_id: str, tracking_uri: str | None = None) -> int:
+    """Write the journal a sweep's driver left in its state `folder` (journal.py) to the store, then
+    remove it; how many entries it held (0: there is none). Every line is validated before anything
+    is written. A store that stops answering half-way leaves the journal whole, to be written again
+    (writing it twice changes nothing)."""
+    journal = Journal(folder)
+    if not journal.pending:
+        return 0
+    entries = journal.entries(sweep_id)
+    uri = resolve_tracking_uri(tracking_uri)
+    try:
+        SweepTracker(uri).replay(entries)
+    except MlflowException as exc:
+        raise ElastuneError(
+            f"the MLflow store at {uri} stopped answering while the journal was "
+            f"written ({exc.message[:300]}); it stays at {journal.path}: run this again once the store answers"
+        ) from None
+    journal.remove()
+    return len(entries)
 
 
 def artifact_path(
@@ -661,6 +787,13 @@ def _number(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if value is not None and math.isfinite(value) else None
+
+
+def _trials(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list[TrialRecord]:
+    """A sweep's trials as its child runs hold them, in proposal order."""
+    children = _search(client, experiment_id, f"tags.`{_PARENT}` = '{parent_run_id}'")
+    trials = [t for t in (_trial_from_run(run) for run in children) if t is not None]
+    return sorted(trials, key=lambda t: (t.number, t.trial_id))
 
 
 def _trial_from_run(run: Run) -> TrialRecord | None:

@@ -78,6 +78,8 @@ def confirm_best(
         if got:
             trial.confirmed_speedup = [min(got), statistics.median(got), max(got)]
             changed.append(trial)
+        else:
+            echo(f"  {_name(trial)}: unconfirmed, none of its runs finished")
     if changed:
         reference.confirmed_speedup = [1.0, 1.0, 1.0]
         changed.append(reference)

@@ -168,8 +168,29 @@ def _error_text(trial: Any) -> str:
     try:
         if path:
             with open(path) as fh:
-                lines = fh.read().strip().splitlines()
-                return lines[-1][:500] if lines else "failed"
+                text = fh.read().strip()
+                return error_line(text) if text else "failed"
     except OSError:
         pass
     return "the trial failed (see the Ray logs)"
+
+
+# What Ray says when something outside the trial ended it, and the line a reader is shown instead of
+# Ray's dump (Ray's own text with `elastune sweep -v`, and in the trial's error file).
+KILLED_FROM_OUTSIDE = {
+    "OutOfMemoryError": "killed by Ray's memory monitor: its node ran low on host memory",
+    "NodeDiedError": "its node was lost",
+    "ActorDiedError": "its worker process died (killed from outside, or it crashed)",
+    "WorkerCrashedError": "its worker process died (killed from outside, or it crashed)",
+    "ActorUnavailableError": "its worker process could not be reached",
+}
+
+
+def error_line(text: str) -> str:
+    """One line for a trial's error: what ended it where something outside the trial did (Ray's
+    memory monitor, a lost node, a killed worker), else the error's own last line."""
+    for name, said in KILLED_FROM_OUTSIDE.items():
+        if name in text:
+            return f"{said} ({name})"
+    lines = text.strip().splitlines()
+    return lines[-1][:500] if lines else "failed"

@@ -50,7 +50,7 @@ from ray.tune.search import Searcher
 from elastune.dotted import nest
 from elastune.tracking.records import TrialRecord
 from elastune.tuning.keys import CONSTRAINTS_ATTR, ESTIMATE_KEY, NUMBER_KEY
-from elastune.tuning.pricing import screen
+from elastune.tuning.pricing import cheapest_estimate, screen
 from elastune.tuning.space import FloatParam, IntParam, grid_points
 from elastune.tuning.spec import SweepSpec
 
@@ -86,6 +86,12 @@ TRAINING_ITERATION = "training_iteration"  # Tune's own counter in every report 
 # (fits, predicted peak bytes, reason) for a proposal: `screen` prices it with the estimator; the
 # tuner benchmark passes one that reads the estimate cached beside each measured config.
 Screener = Callable[[SweepSpec, Mapping[str, Any]], tuple[bool, int | None, str]]
+# (upper bound of the predicted peak, parameters) of the space's cheapest config: `cheapest_estimate`
+Cheapest = Callable[[SweepSpec], tuple[int, dict[str, Any]]]
+# Proposals screened out in a row after which the ceiling is taken to bind, and the space's
+# cheapest config is proposed next (where only a corner of the space fits, a sampler may not find
+# it within the budget; a sweep over a 40 MiB ceiling once screened out all four proposals).
+CHEAPEST_AFTER = 2
 ParamKey = tuple[tuple[str, Any], ...]
 
 
@@ -210,7 +216,12 @@ class ScreeningSearch(Searcher):
     constraint values, and (4) never hands Tune a config it has already proposed: a repeat is told
     the known result and the sampler asked again.
 
-    `sampler` and `screener` default to what the sweep uses (`make_sampler(spec)`, `screen`)."""
+    When the ceiling binds (CHEAPEST_AFTER proposals screened out in a row), the space's cheapest
+    config is proposed next, if it fits and is new.
+
+    `sampler` and `screener` default to what the sweep uses (`make_sampler(spec)`, `screen`);
+    `cheapest` to `cheapest_estimate` with the default screener, else to nothing (a given screener
+    prices from its own figures, and the cheapest config is then not offered unless `cheapest` is given)."""
 
     def __init__(
         self,
@@ -221,11 +232,14 @@ class ScreeningSearch(Searcher):
         *,
         sampler: optuna.samplers.BaseSampler | None = None,
         screener: Screener | None = None,
+        cheapest: Cheapest | None = None,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
         self._spec = spec
         self._sweep_id = sweep_id
         self._screen: Screener = screener or screen
+        self._cheapest: Cheapest | None = cheapest or (cheapest_estimate if screener is None else None)
+        self._screened_in_a_row = 0
         self._space = SpaceFunction.from_spec(spec)
         self._own_sampler = sampler is None  # a resume re-seeds the sweep's sampler, never a given one
         self._study = _new_study(sampler or make_sampler(spec), mode)
@@ -252,6 +266,9 @@ class ScreeningSearch(Searcher):
             self.proposed += 1
             self._known[param_key(flat)] = self._live[trial_id].number
             fits, predicted, reason = self._screen(spec, flat)
+            self._screened_in_a_row = 0 if fits else self._screened_in_a_row + 1
+            if self._screened_in_a_row == CHEAPEST_AFTER:
+                self._offer_cheapest()
             if fits:
                 # Carried in the trial's config so the driver's callback sees them, also after a
                 # restore; the trainable drops every elastune_* key before building the RunConfig.
@@ -390,6 +407,16 @@ class ScreeningSearch(Searcher):
             self._study.tell(ot_trial, known.value)
         else:  # still running (concurrent trials), or pruned/failed: no result to repeat
             self._study.tell(ot_trial, state=TrialState.FAIL)
+
+    def _offer_cheapest(self) -> None:
+        """Enqueue the space's cheapest config for the next ask, if it fits and was not proposed."""
+        ceiling = self._spec.constraints.memory_ceiling
+        if self._cheapest is None or ceiling is None:
+            return
+        bound, params = self._cheapest(self._spec)
+        if bound <= ceiling and param_key(params) not in self._known:
+            log.info("sweep %s: the ceiling binds; proposing the cheapest config next: %s", self._sweep_id, params)
+            self._study.enqueue_trial(params)
 
     def _draw_unseen(self) -> dict[str, Any] | None:
         if self._points is None:

@@ -133,6 +133,11 @@ class Constraints(_Section):
     reference: dict[str, Any] = Field(
         default_factory=dict, description="Dotted overrides of `base` that make the reference config."
     )
+    reference_over_ceiling: Literal["refuse", "allow"] = Field(
+        "refuse",
+        description="A reference predicted over memory_ceiling: refuse the sweep at preflight (default), or allow "
+        "it (the reference then runs over the ceiling every trial is held to).",
+    )
     effective_batch: int | TokenBudget | None = Field(
         None,
         description="Fix micro x accum to this many samples (an LM's sequences), or to {tokens: N}: N padded "

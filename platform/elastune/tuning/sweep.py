@@ -26,18 +26,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ray.exceptions import AuthenticationError
 
 from elastune.cluster import address_problem, auth_problem
 from elastune.compat import loopback_only_ray
 from elastune.config import elastune_home
-from elastune.errors import ConfigError, InputError, Problem, SweepInterrupted
+from elastune.errors import ConfigError, InputError, Problem, StoreUnreachable, SweepInterrupted
 from elastune.text import printable
 from elastune.tracking.records import SweepRecord, TrialRecord
 from elastune.tuning.display import Display, PlainDisplay, register, unregister
-from elastune.tuning.progress import STOPPING, SweepCallback, searched
+from elastune.tuning.progress import STOPPING, SweepCallback, error_line, searched
 from elastune.tuning.report import TrialReport
 from elastune.tuning.results import short_bytes
 from elastune.tuning.spec import SweepSpec
@@ -131,10 +131,15 @@ def _run(
     resumed: bool,
 ) -> SweepRecord:
     """The sweep's stages once its inputs are checked: Ray, the reference, the search, the
-    confirmation, the record's end."""
+    confirmation, the record's end. What the store cannot take meanwhile is journaled in the
+    sweep's state folder (tracking/journal.py); a sweep that ends with the journal unwritten raises
+    `StoreUnreachable`, which names the command that writes it."""
+    from elastune.tracking.journal import journaling
     from elastune.tracking.mlflow import Heartbeat, SweepTracker
 
     echo = display.line
+    if resumed:
+        _write_pending_journal(home, record, uri, echo)
     connect_ray(options)
     record.ray_address = _cluster_address(options)
     concurrency = trial_concurrency(spec, echo)
@@ -150,7 +155,11 @@ def _run(
     started = time.time()
     register(record.sweep_id, display)
     resume_line = resume_command(record.sweep_id, options.tracking_uri)
-    with unregistered(record.sweep_id), Interruption(record.sweep_id, uri, resume_line, echo) as stop:
+    with (
+        unregistered(record.sweep_id),
+        Interruption(record.sweep_id, uri, resume_line, echo) as stop,
+        journaling(record.sweep_id, home / record.sweep_id, tracker, echo) as journal,
+    ):
         try:
             record.mlflow_run_id = stop.run_id = tracker.start_sweep(record)
             with Heartbeat(uri, record.mlflow_run_id):
@@ -172,9 +181,11 @@ def _run(
             # signal, not this, is what ended the sweep.
         if record.mlflow_run_id is None:  # stopped before anything was recorded: nothing to resume
             raise SweepInterrupted(record, stop.signum or signal.SIGTERM, "", recorded=False)
-        record = _end_record(record.sweep_id, uri, tracker, interrupted=bool(stop.signum), join=stop.join)
+        record = _end_record(record.sweep_id, uri, tracker, journal, interrupted=bool(stop.signum), join=stop.join)
     if stop.signum:
-        raise SweepInterrupted(record, stop.signum, stop.resume)
+        raise SweepInterrupted(record, stop.signum, stop.resume)  # the resume writes the journal first
+    if journal.pending:
+        raise StoreUnreachable(record, uri, journal.path, sync_command(record.sweep_id, options.tracking_uri))
     echo(f"sweep {record.sweep_id} finished in {time.time() - started:.0f} s")
     return record
 
@@ -188,6 +199,9 @@ def quiet_libraries() -> None:
 
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     logging.getLogger("ray").setLevel(logging.ERROR)
+    # Tune logs a failed trial's whole traceback (Ray's OOM dump included) at ERROR: the sweep says
+    # it in one line (progress.py `error_line`) and keeps the text in the trial's error file
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 
@@ -288,6 +302,10 @@ def _confirm(
         display.status(done, f"round {round_}: {names.get(trial_id, trial_id)}")
         display.started(name)
         report = _run_once(trainable, params, f"{sweep_id}-{name}", home)
+        if report.error is not None and not stop.signum:  # once more: a run killed from outside proves nothing
+            who = names.get(trial_id, trial_id)
+            display.line(f"confirmation: {who} round {round_} failed ({report.error}); once more")
+            report = _run_once(trainable, params, f"{sweep_id}-{name}-again", home)
         display.ended(name)
         done += 1
         display.status(done, "")
@@ -316,24 +334,67 @@ def _run_once(trainable: Any, params: Any, name: str, home: Path) -> TrialReport
         tune_config=tune.TuneConfig(num_samples=1),
         run_config=tune.RunConfig(name=name, storage_path=str(home), callbacks=[WorkerGroupReaper()], verbose=0),
     )
-    return TrialReport.from_metrics(dict(tuner.fit()[0].metrics or {}))
+    result = tuner.fit()[0]
+    if result.error is not None:  # ended from outside (Ray's memory monitor, a lost node, a kill) or crashed
+        return TrialReport(status="failed", error=error_line(f"{type(result.error).__name__}: {result.error}"))
+    return TrialReport.from_metrics(dict(result.metrics or {}))
 
 
-def _end_record(sweep_id: str, uri: str, tracker: Any, interrupted: bool, join: Callable[[], None]) -> SweepRecord:
-    """Read the sweep back from MLflow (the source of truth) and end it: finished, or interrupted
-    with its unfinished trials marked so (a resume runs them again). Artifacts either way."""
+def _end_record(
+    sweep_id: str, uri: str, tracker: Any, journal: Any, interrupted: bool, join: Callable[[], None]
+) -> SweepRecord:
+    """Read the sweep back from MLflow (the source of truth; while the store lacks what the journal
+    holds, the driver's own view) and end it: finished, or interrupted with its unfinished trials
+    marked so (a resume runs them again). Artifacts either way. No trial of an ended sweep stays
+    running: nothing would ever end it."""
     from elastune.tracking.mlflow import load_sweep
 
     join()  # the quick interrupted mark, if one is on its way, lands first
+    journal.catch_up(now=True)  # a store that answers again gets the journal before the end
     record = load_sweep(sweep_id, uri)
     record.ended_at = time.time()
     record.status = "interrupted" if interrupted else "finished"
     for trial in record.trials:
-        if interrupted and trial.status == "running":
-            trial.status, trial.error = "interrupted", "stopped with the sweep's driver; a resume runs it again"
+        if trial.status == "running":
+            trial.status, trial.error = _unended(interrupted)
             tracker.log_trial(record, trial)
     tracker.finish_sweep(record)
     return record
+
+
+def _unended(interrupted: bool) -> tuple[Literal["interrupted", "failed"], str]:
+    """The status and reason of a trial still running when its sweep ends. In a sweep that finished,
+    Tune ended every trial, so the trial's own end never reached the record (a callback that failed
+    on it): it is recorded failed, since nothing runs it again."""
+    if interrupted:
+        return "interrupted", "stopped with the sweep's driver; a resume runs it again"
+    return "failed", "the sweep finished without this trial's end being recorded (its last report was lost)"
+
+
+def _write_pending_journal(home: Path, record: SweepRecord, uri: str, echo: Callable[[str], None]) -> None:
+    """A resume first writes the journal its sweep's last driver left (the store was down when it
+    ended), then takes the trials from the store, now whole. Refused when the journal ended the sweep."""
+    from elastune.tracking.mlflow import load_sweep, write_journal
+
+    written = write_journal(home / record.sweep_id, record.sweep_id, uri)
+    if not written:
+        return
+    echo(f"resume: {written} journaled record(s) written to {uri}")
+    stored = load_sweep(record.sweep_id, uri)
+    if stored.status == "finished":
+        raise InputError(
+            f"--resume {record.sweep_id}: the sweep finished (its journal, now written, says so); "
+            f"`elastune results {record.sweep_id}` shows it"
+        )
+    record.trials = stored.trials
+
+
+def sync_command(sweep_id: str, tracking_uri: str | None) -> str:
+    """The command that writes a sweep's journal (the tracking URI when one was given explicitly)."""
+    command = ["elastune", "sync", sweep_id]
+    if tracking_uri:
+        command += ["--tracking-uri", tracking_uri]
+    return shlex.join(command)
 
 
 def _finished_reports(record: SweepRecord) -> dict[str, TrialReport]:
@@ -540,11 +601,13 @@ def _run_reference(
 
 
 def check_ceiling(spec: SweepSpec) -> None:
-    """Refuse a ceiling below the cheapest config the space can propose (nothing could run)."""
+    """Refuse a ceiling below the cheapest config the space can propose (nothing could run), and a
+    reference predicted over it unless the spec allows one (its figures would come from a config no
+    trial may use)."""
     ceiling = spec.constraints.memory_ceiling
     if ceiling is None:
         return
-    from elastune.tuning.pricing import cheapest_estimate
+    from elastune.tuning.pricing import cheapest_estimate, predicted_peak
 
     smallest, params = cheapest_estimate(spec, enough=ceiling)  # stops at the first point that fits
     if smallest > ceiling:
@@ -555,8 +618,20 @@ def check_ceiling(spec: SweepSpec) -> None:
                     human_bytes(ceiling),
                     f"is below the smallest config this space can propose ({human_bytes(smallest)} predicted with the "
                     f"estimator's screening margin, for {params or 'the base config'}); raise the ceiling to at least "
-                    f"{human_bytes(smallest)} "
-                    "or add cheaper choices",
+                    f"{human_bytes(smallest)} or add cheaper choices",
+                )
+            ]
+        )
+    reference = predicted_peak(spec, dict(spec.constraints.reference))
+    if reference > ceiling and spec.constraints.reference_over_ceiling == "refuse":
+        raise ConfigError(
+            [
+                Problem(
+                    "constraints.reference",
+                    spec.constraints.reference,
+                    f"is predicted at {human_bytes(reference)}, over the memory ceiling {human_bytes(ceiling)}: "
+                    "pick a reference that fits (e.g. a smaller batch.micro), raise the ceiling, or set "
+                    "constraints.reference_over_ceiling: allow to run it over the ceiling anyway",
                 )
             ]
         )

@@ -1,10 +1,10 @@
 """A sweep for real: a local Ray on 127.0.0.1, a real SQLite MLflow store, the real engine.
 
 The tiny spec's grid is full vs hashed x two splits of a 128 batch, with a ceiling between the
-estimator's prices of the two strategies, so the full proposals must be screened out (never
-launched) and the hashed ones must run. The Ray (local_ray/conftest.py) declares one logical GPU
-and each trial asks for half of it: the two hashed trials share it (Ray's fractional GPUs), and
-hand it back.
+estimator's prices of the two strategies (the upper bounds it screens with), so the full proposals
+must be screened out (never launched) and the hashed ones must run. The Ray
+(local_ray/conftest.py) declares one logical GPU and each trial asks for half of it: the two hashed
+trials share it (Ray's fractional GPUs), and hand it back.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 def ceiling_between_strategies(raw: dict[str, Any]) -> int:
     spec = validate_sweep_spec(raw)
     price = {
-        (s, m): estimate(spec.trial_config({"embedding.strategy": s, "batch.micro": m})).peak_bytes
+        (s, m): estimate(spec.trial_config({"embedding.strategy": s, "batch.micro": m})).upper_bound_bytes
         for s in ("full", "hashed")
         for m in (64, 128)
     }
