@@ -143,8 +143,8 @@ def override_problems(sets: Sequence[str], field: str = "sets") -> list[Problem]
             # for the built-ins' listed options, and those only for their own workload
             if (leaf in known or leaf.startswith("workload_options")) and leaf not in CLIENT_KEYS:
                 problems.append(Problem(f"{field}.{leaf}", value, _refusal(leaf)))
-            elif leaf == "workload" and _imports(value):
-                problems.append(Problem(f"{field}.{leaf}", value, _IMPORT_REFUSAL))
+            elif _names_workload(leaf) and (leaf != "workload" or _imports(value)):
+                problems.append(Problem(f"{field}.workload", value, _IMPORT_REFUSAL))
     # a workload named here holds its options to CLIENT_OPTIONS now; one from the config they change,
     # when the run is checked whole (limit_problems)
     workload = given.get("workload")
@@ -245,8 +245,8 @@ def stored_config_problems(raw: Mapping[str, Any], field: str = "from_sweep") ->
         named = _option_problems(workload, raw.get("workload_options"))
         problems += [Problem(f"{field}.{p.path}", p.value, p.message) for p in named]
     for leaf, value in flatten(raw).items():
-        if leaf == "workload" and _imports(value):
-            problems.append(Problem(f"{field}.{leaf}", value, _IMPORT_REFUSAL))
+        if _names_workload(leaf) and (leaf != "workload" or _imports(value)):
+            problems.append(Problem(f"{field}.workload", value, _IMPORT_REFUSAL))
             continue
         if (
             leaf.startswith("workload_options.")
@@ -276,7 +276,14 @@ _IMPORT_REFUSAL = (
 
 
 def _imports(value: Any) -> bool:
+    """Whether a `workload` value is anything but an installed workload's name: an import path, or
+    not a string at all."""
     return not isinstance(value, str) or ":" in value
+
+
+def _names_workload(leaf: str) -> bool:
+    """`workload`, or a key under it (`workload={a: 1}` flattens to `workload.a`: not a name either)."""
+    return leaf == "workload" or leaf.startswith("workload.")
 
 
 def client_checkpoint(job_id: str) -> Path:

@@ -131,7 +131,12 @@ def test_initial_magnitude_resembles_full(name: str, extra: dict[str, Any]) -> N
     full = build("full")(ids).std().item()
     torch.manual_seed(0)
     ours = build(name, **extra)(ids).std().item()
-    assert 0.5 < ours / full < 2.0
+    # Hashing SMALL's tables into their default bucket counts makes a bag's ids collide (and an id's
+    # k rows coincide), so correlated rows add up: 1.2-1.35x full's spread with one hash, 1.7-1.9x
+    # with two (seeds 0-4); without the init's 1/sqrt(k), two would start sqrt(2) times higher still.
+    collide = name == "hashed" and "buckets" not in extra
+    low, high = (1.1, 2.0) if collide else (0.85, 1.2)
+    assert low < ours / full < high
 
 
 @pytest.mark.parametrize("opt", OPTIMIZERS)
