@@ -632,7 +632,7 @@ def seeds_report(res: dict[str, Any]) -> str:
             for target, f in r["targets"].items():
                 blocks = ", ".join("-" if m is None else f"{m:.1%}" for m in f["blocks"])
                 lines.append(
-                    f"{name:7} {part:6} seeds {r['seeds'][0]}-{r['seeds'][1]} to {target}: median {f['median']:.1%} "
+                    f"{name:14} {part:6} seeds {r['seeds'][0]}-{r['seeds'][1]} to {target}: median {f['median']:.1%} "
                     f"of the grid, blocks [{blocks}], worst {f['worst block']:.1%}, not reached {f['not reached']}"
                 )
     return "\n".join(lines)
@@ -944,12 +944,18 @@ def main(argv: list[str] | None = None) -> None:
             return
     if args.what == "seeds":  # the search over the tuning and the test seeds, in blocks
         grid = read_grid(args.grid)
+        # the sweep's sampler, the design it was chosen over (ungrouped multivariate TPE), random search
+        samplers = {
+            "tpe": ("tpe", args.tpe_options),
+            "tpe, ungrouped": ("tpe", {"n_startup_trials": 7, "multivariate": True}),
+            "random": ("random", None),
+        }
         seeds_res = {
             name: {
-                "tuning": seed_blocks(spec, grid, name, TUNING_SEEDS, args.tpe_options),
-                "test": seed_blocks(spec, grid, name, TEST_SEEDS, args.tpe_options),
+                "tuning": seed_blocks(spec, grid, algorithm, TUNING_SEEDS, options),
+                "test": seed_blocks(spec, grid, algorithm, TEST_SEEDS, options),
             }
-            for name in ("tpe", "random")
+            for name, (algorithm, options) in samplers.items()
         }
         print(seeds_report(seeds_res))
         if args.json:
