@@ -61,8 +61,7 @@ def _section(name: str, current: tuple[Path, Record], earlier: list[Path]) -> st
     code = f"commit {r.commit[:7]}" if r.commit else "commit not recorded"
     if r.dirty:
         code += " (with uncommitted changes)"
-    lines.append(f"- {r.date}, {code}; record [{path.name}](records/{path.name})")
-    lines.append(f"- command: `{r.command}`")
+    lines.append(f"- {r.date}, {code}; record [{path.name}](records/{path.name}); command: `{r.command}`")
     if r.source != "run":
         lines.append(f"- {r.source}")
     if earlier:

@@ -16,7 +16,7 @@ import yaml
 from elastune.cli import main
 from elastune.config import RunConfig
 from elastune.errors import ConfigError
-from elastune.tuning.pricing import predicted_peak, screen
+from elastune.tuning.pricing import predicted_peak, screen, upper_bound
 from elastune.tuning.spec import validate_sweep_spec
 from elastune.untrusted import limit_problems, override_problems, stored_config_problems
 from elastune.validate import load_run_config
@@ -160,7 +160,9 @@ def test_a_sweep_searches_a_workload_option() -> None:
     # each held as a weight, a gradient and Adam's two moments (fp32)
     small, big = (predicted_peak(spec, {"workload_options.hidden": h}) for h in (4, 1024))
     assert big - small >= 1020 * 13 * 4 * 4, (small, big)
-    ceiling = (small + big) // 2
+    # screened by the upper bounds (prediction x the estimator's margin): a ceiling between them
+    low, high = (upper_bound(spec, {"workload_options.hidden": h}) for h in (4, 1024))
+    ceiling = (low + high) // 2
     ceilinged = validate_sweep_spec({**tower_spec(), "constraints": {"memory_ceiling": ceiling}})
     assert screen(ceilinged, {"workload_options.hidden": 4})[0]
     assert not screen(ceilinged, {"workload_options.hidden": 1024})[0]
