@@ -106,27 +106,37 @@ def test_when_the_ceiling_binds_the_cheapest_config_is_proposed_next() -> None:
     assert config is not None and {k: config[k] for k in cheapest} == cheapest
 
 
-@pytest.mark.parametrize(
-    ("status", "said", "not_said"),
-    [
-        ("finished", "elastune train --from-sweep st-1", "--resume"),
-        ("interrupted", "elastune sweep --resume st-1", "--from-sweep"),
-        ("running", "still running", "--from-sweep"),
-    ],
-)
 def test_results_print_only_the_hint_that_works_for_the_sweeps_state(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], status: str, said: str, not_said: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    record = make_sweep("st-1")
-    record.status = status  # type: ignore[assignment]
-    if status == "running":  # a live driver: started, not finished (no beat yet: not stale)
-        SweepTracker(uri).start_sweep(record)
-    else:
-        record_sweep(SweepTracker(uri), record)
+    tracker = SweepTracker(uri)
+    for sweep_id, status in (("st-fin", "finished"), ("st-int", "interrupted"), ("st-run", "running")):
+        record = make_sweep(sweep_id, started_at=1_700_000_000.0 + len(status))
+        record.status = status  # type: ignore[assignment]
+        if status == "running":  # a live driver: started, not finished (no beat yet: not stale)
+            tracker.start_sweep(record)
+        else:
+            record_sweep(tracker, record)
+
+    def shown(*args: str) -> str:
+        assert main(["results", *args, "--tracking-uri", uri]) == 0
+        said = capsys.readouterr()
+        return " ".join((said.out + said.err).split())
+
+    newest = shown()  # the newest finished one, though a running one is newer
+    assert "the newest finished sweep: st-fin" in newest and "elastune train --from-sweep st-fin" in newest
+    interrupted = shown("st-int")
+    assert "elastune sweep --resume st-int" in interrupted and "--from-sweep" not in interrupted
+    running = shown("st-run")
+    assert "still running" in running and "--from-sweep" not in running and "--resume" not in running
+
+
+def test_results_say_when_the_newest_sweep_has_not_finished(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = make_sweep("st-alone")
+    record.status = "running"  # type: ignore[assignment]
+    SweepTracker(uri).start_sweep(record)
     assert main(["results", "--tracking-uri", uri]) == 0
-    shown = capsys.readouterr()
-    text = " ".join((shown.out + shown.err).split())
-    assert said in text and not_said not in text
-    newest = "the newest finished sweep" if status == "finished" else f"the newest sweep ({status}; none has finished)"
-    assert newest in text
+    said = capsys.readouterr()
+    assert "the newest sweep (running; none has finished): st-alone" in " ".join((said.out + said.err).split())
