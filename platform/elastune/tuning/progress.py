@@ -186,9 +186,21 @@ KILLED_FROM_OUTSIDE = {
 }
 
 
+# What Ray's text says where its error file names no exception class (Ray 2.60's Tune writes the
+# message alone): the phrase, and the class it stands for.
+KILLED_FROM_OUTSIDE_TEXT = {
+    "how to address the out of memory issue": "OutOfMemoryError",
+    "The actor died unexpectedly": "ActorDiedError",
+}
+
+
 def error_line(text: str) -> str:
     """One line for a trial's error: what ended it where something outside the trial did (Ray's
     memory monitor, a lost node, a killed worker), else the error's own last line."""
+    for phrase, name in KILLED_FROM_OUTSIDE_TEXT.items():
+        if phrase in text:
+            text = name
+            break
     for name, said in KILLED_FROM_OUTSIDE.items():
         if name in text:
             return f"{said} ({name})"

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ray.tune.search import Searcher
 
 from elastune.dotted import nest
+from elastune.files import atomic_write
 from elastune.tracking.records import TrialRecord
 from elastune.tuning.keys import CONSTRAINTS_ATTR, ESTIMATE_KEY, NUMBER_KEY
 from elastune.tuning.pricing import cheapest_estimate, screen
@@ -324,7 +325,8 @@ class ScreeningSearch(Searcher):
             draw_state=_jsonable(self._rng.getstate()),
             trials=[_saved_trial(t, live.get(t.number)) for t in self._study.get_trials(deepcopy=False)],
         )
-        Path(checkpoint_path).write_text(state.model_dump_json(indent=1))
+        # whole or not at all: a state torn by a full disk would make every resume refuse it
+        atomic_write(Path(checkpoint_path), lambda f: f.write(state.model_dump_json(indent=1).encode()))
 
     def restore(self, checkpoint_path: str) -> None:
         """Rebuild the study from a state `save` wrote: finished trials are added as they were

@@ -248,7 +248,11 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
     )
     trainable = _trainable(context)
     experiment = home / record.sweep_id  # the validated id's folder (tuning/state.py), checked on a resume
-    if resumed and tune.Tuner.can_restore(str(experiment)):
+    # A driver killed after Tune wrote its tuner but before its first experiment state restores to
+    # an experiment that runs one trial and ends "finished": start it anew instead (finished trials
+    # are still never run again: TrialContext.finished).
+    saved = any(experiment.glob("experiment_state*.json"))
+    if resumed and saved and tune.Tuner.can_restore(str(experiment)):
         # Errored trials stay as they ended; one that finished never runs again (TrialContext.finished).
         tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_unfinished=True, resume_errored=False)
     else:
@@ -334,7 +338,10 @@ def _run_once(trainable: Any, params: Any, name: str, home: Path) -> TrialReport
         tune_config=tune.TuneConfig(num_samples=1),
         run_config=tune.RunConfig(name=name, storage_path=str(home), callbacks=[WorkerGroupReaper()], verbose=0),
     )
-    result = tuner.fit()[0]
+    try:
+        result = tuner.fit()[0]
+    except RuntimeError as exc:  # Tune re-raises what it does not handle (Ray's OutOfMemoryError) this way
+        return TrialReport(status="failed", error=error_line(f"{exc} {exc.__cause__!r}"))
     if result.error is not None:  # ended from outside (Ray's memory monitor, a lost node, a kill) or crashed
         return TrialReport(status="failed", error=error_line(f"{type(result.error).__name__}: {result.error}"))
     return TrialReport.from_metrics(dict(result.metrics or {}))

@@ -58,3 +58,12 @@ def test_a_config_whose_every_confirmation_run_failed_is_reported_unconfirmed() 
 
     changed = confirm_best(record, Confirm(top=1, rounds=2), {}, measure, echo=said.append)
     assert changed == [] and "  trial 0: unconfirmed, none of its runs finished" in said
+
+
+def test_rays_actor_died_text_without_a_class_name_reads_as_one_line() -> None:
+    # Ray 2.60's Tune writes the message alone to a trial's error file: no exception class in it
+    text = (
+        "Failure # 1 (occurred at 2026-11-27_02-33-16)\nThe actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: ImplicitFunc\nThe actor is dead because its worker process has died."
+    )
+    assert error_line(text) == "its worker process died (killed from outside, or it crashed) (ActorDiedError)"
