@@ -154,3 +154,103 @@ def test_a_freed_small_block_is_reused_by_the_same_request(nbytes: int) -> None:
     before = r.figures
     r.free("a").malloc("b", nbytes)
     assert r.figures == before
+
+
+def test_a_tie_between_segments_goes_to_the_one_reserved_first() -> None:
+    # Two 20 MiB segments, each ending up with a free 1.5 MiB block: the first one's at its end,
+    # the second one's at its start. A 1.5 MiB request takes the first segment's (reserved first:
+    # the lower address), so the second segment's block merges back whole when its neighbour is
+    # freed, and a 20 MiB request then fits without a new segment.
+    r = Replay().malloc("x", 18 * MiB + 512 * KiB)  # a 20 MiB segment: 1.5 MiB left, split off
+    r.malloc("h", 1536 * KiB)  # takes that rest
+    r.malloc("y1", 1536 * KiB).malloc("y2", 18 * MiB + 512 * KiB)  # a second 20 MiB segment, filled
+    r.free("h", "y1")  # two free 1.5 MiB blocks
+    r.malloc("c", 1536 * KiB)  # h's
+    r.free("y2")  # merges with y1's block: the whole second segment free
+    r.malloc("d", 20 * MiB)
+    assert r.figures == (40 * MiB, 40 * MiB, 20 * MiB + 18 * MiB + 512 * KiB + 1536 * KiB)
+
+
+def _split_segment() -> Replay:
+    """One 20 MiB segment: x (8 MiB, freed) | y (12 MiB); then z (3 MiB) splits x's block, leaving
+    a free 5 MiB block between z and y."""
+    return Replay().malloc("x", 8 * MiB).malloc("y", 12 * MiB).free("x").malloc("z", 3 * MiB)
+
+
+def test_the_rest_of_a_split_block_merges_with_the_block_after_it() -> None:
+    r = _split_segment().free("y")  # y merges with the free 5 MiB before it: 17 MiB
+    r.malloc("big", 16 * MiB)  # fits it (1 MiB left: not split): no new segment
+    assert r.figures == (20 * MiB, 20 * MiB, 3 * MiB + 17 * MiB)
+
+
+def test_a_reused_split_rest_merges_with_the_block_after_it_when_freed() -> None:
+    r = _split_segment().malloc("w", 5 * MiB)  # takes the 5 MiB rest whole
+    r.free("y", "w")  # y first (its neighbours in use), then w: merges with y, 17 MiB
+    r.malloc("big", 16 * MiB)
+    assert r.figures == (20 * MiB, 20 * MiB, 3 * MiB + 17 * MiB)
+
+
+def _four_blocks() -> Replay:
+    """One 20 MiB segment cut into a | b | c (4 MiB each) | d (8 MiB)."""
+    return Replay().malloc("a", 4 * MiB).malloc("b", 4 * MiB).malloc("c", 4 * MiB).malloc("d", 8 * MiB)
+
+
+@pytest.mark.parametrize(
+    ("frees", "then"),
+    [
+        # c merges into b's block (its predecessor); a then merges with that: 12 MiB free
+        (("b", "c", "a"), 11 * MiB),
+        # b merges with c (its successor); d then merges with that: 16 MiB free
+        (("c", "b", "d"), 15 * MiB),
+    ],
+)
+def test_merged_blocks_stay_linked_to_their_neighbours(frees: tuple[str, ...], then: int) -> None:
+    r = _four_blocks().free(*frees).malloc("big", then)  # fits the merged block (1 MiB left, not split)
+    assert r.figures[:2] == (20 * MiB, 20 * MiB)
+
+
+def test_a_merged_block_reused_and_freed_merges_with_its_successor() -> None:
+    r = _four_blocks().free("c", "b")  # one free 8 MiB block where b and c were
+    r.malloc("e", 8 * MiB)  # takes it whole
+    r.free("d", "e")  # d's neighbour is in use; then e merges with d: 16 MiB
+    r.malloc("big", 15 * MiB)
+    assert r.figures[:2] == (20 * MiB, 20 * MiB)
+
+
+def test_the_peak_of_allocated_bytes_is_its_high_water_mark() -> None:
+    model = CachingAllocator()
+    first, second = model.malloc(MiB), model.malloc(512 * KiB)
+    model.free(first)
+    assert (model.peak_allocated, model.allocated) == (MiB + 512 * KiB, 512 * KiB)
+    model.free(second)
+    model.free(second)  # freeing twice, or a key never seen, changes nothing
+    model.free(12345)
+    assert (model.peak_allocated, model.allocated) == (MiB + 512 * KiB, 0)
+
+
+def test_buffers_no_tensor_owns_get_keys_no_traced_tensor_has() -> None:
+    # Traced tensors are keyed by their storages' addresses (live_bytes.py), never negative.
+    model = CachingAllocator()
+    model.malloc(512, key=0)
+    model.malloc(512, key=1)
+    anonymous = [model.malloc(512) for _ in range(3)]
+    assert len(set(anonymous)) == 3 and all(key < 0 for key in anonymous)
+    model.free(0)
+    model.free(1)
+    assert model.allocated == 3 * 512  # the anonymous buffers are still held
+    for key in anonymous:
+        model.free(key)
+    assert model.allocated == 0
+
+
+def test_rekey_hands_a_block_to_a_new_key() -> None:
+    model = CachingAllocator()
+    model.malloc(1024, key=1)
+    model.rekey(1, 2)  # a result written into its input's memory
+    model.free(1)  # the old key owns nothing now
+    assert model.allocated == 1024
+    model.rekey(99, 100)  # a key never seen: nothing to hand over
+    model.free(100)
+    assert model.allocated == 1024
+    model.free(2)
+    assert model.allocated == 0

@@ -205,12 +205,15 @@ class Policy:
 
     def confirm(self, trial_id: str, grant_bytes: int, now: float) -> Grant:
         """The trial has shrunk to at most `grant_bytes` at a step boundary: the second phase of a
-        shrink. Only now does its grant drop (never below its target), freeing memory for others."""
+        shrink. Only now does its grant drop (never below its target), freeing memory for others.
+        A confirm never raises a grant: one that arrives after the target rose above the grant (the
+        trial confirmed a shrink the policy has since taken back) leaves it, and the grant grows only
+        from free memory, as every grant does (I1)."""
         trial = self.trials.get(trial_id)
         if trial is None:
             return Grant(trial_id, known=False)
         trial.last_heartbeat = now
-        trial.grant_bytes = max(min(int(grant_bytes), trial.grant_bytes), trial.target_bytes)
+        trial.grant_bytes = min(trial.grant_bytes, max(int(grant_bytes), trial.target_bytes))
         self._reconcile(trial.device, now)
         return self._view(trial_id)
 
