@@ -56,7 +56,7 @@ def render(folder: Path = RECORDS) -> str:
 
 def _section(name: str, current: tuple[Path, Record], earlier: list[Path]) -> str:
     path, r = current
-    lines = [f"## {r.title} (`{name}`)", ""]
+    lines = [f"## {r.title} (`{name}`)"]
     lines.append(f"- {_machine(r.machine)}")
     code = f"commit {r.commit[:7]}" if r.commit else "commit not recorded"
     if r.dirty:
