@@ -497,6 +497,19 @@ def test_an_unknown_trial_is_told_so() -> None:
     assert p.view("a") == Grant("a", True, "running", 300, 300)
 
 
+def test_a_lease_runs_out_only_after_lease_s_and_any_event_renews_it() -> None:
+    p = Policy(lease_s=3.0)
+    p.register_device(DeviceSpec("d", 1000))
+    for tid in ("a", "b", "c", "d"):
+        p.admit(tid, "d", min_bytes=100, want_bytes=100, now=0)
+    p.admit("b", "d", min_bytes=100, want_bytes=100, now=2)  # a re-registration renews b's lease
+    p.confirm("c", 100, now=2)  # so does a confirm
+    p.heartbeat("d", 0, now=2)  # and a heartbeat
+    assert p.expire(3.0) == []  # a heard from 3.0 ago: not more than the lease
+    assert p.expire(3.5) == ["a"]
+    assert p.expire(5.5) == ["b", "c", "d"]
+
+
 def test_check_invariants_catches_a_grant_in_the_reserve() -> None:
     p = Policy()
     p.register_device(DeviceSpec("d", 1000, reserve_bytes=100))
@@ -504,4 +517,15 @@ def test_check_invariants_catches_a_grant_in_the_reserve() -> None:
     p.check_invariants()
     p.trials["a"].grant_bytes = 901  # one byte of the reserve: 100 + 901 > 1000
     with pytest.raises(AssertionError, match="d: over capacity"):
+        p.check_invariants()
+
+
+def test_check_invariants_catches_a_waiting_trial_that_holds_memory() -> None:
+    p = Policy()
+    p.register_device(DeviceSpec("d", 1000))
+    p.admit("a", "d", min_bytes=600, want_bytes=600, now=0)
+    p.admit("w", "d", min_bytes=500, want_bytes=500, now=0)  # 600 + 500 > 1000: waits, holding nothing
+    p.check_invariants()
+    p.trials["w"].grant_bytes = 1  # 601 is within capacity, but w is waiting
+    with pytest.raises(AssertionError, match="w: waiting but holds memory"):
         p.check_invariants()
