@@ -86,7 +86,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=100_000, help="rows per timed pass")
     parser.add_argument("--repeat", type=int, default=3, help="timed passes (the median counts)")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     synthetic = synthetic_rows_per_s(args.rows, args.repeat)
     print(f"synthetic: {synthetic:,.0f} rows/s")
     with tempfile.TemporaryDirectory() as folder:

@@ -995,7 +995,11 @@ def _arguments() -> argparse.Namespace:
         help="multiply every trial's steps (the mix's and the fault run's); default 1 on the virtual device, on "
         f"CUDA chosen from the calibration's step times so the mix trains {TARGET_TRAIN_S:g} s per trial on average",
     )
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: CUDA is not available here (torch sees no GPU); use --device virtual")
     if args.steps_scale is not None and args.steps_scale < 1:

@@ -254,7 +254,11 @@ def main() -> None:
     parser.add_argument("--update-steps", type=int, default=10, help="timed steps per update path")
     parser.add_argument("--json", help="also write the raw figures here")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (both tables run there)")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     torch.set_num_threads(torch.get_num_threads())
     print(
         f"machine: {platform.machine()}, {torch.get_num_threads()} threads, {platform.platform()}, "

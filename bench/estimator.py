@@ -288,7 +288,11 @@ def main() -> None:
         default="device",
         help="measure with the device's own probe (default) or on EDO's virtual device (CPU)",
     )
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     if args.probe == "virtual" and (args.device or "cpu") != "cpu":
         parser.error(f"--probe virtual measures on the CPU; drop --device {args.device}")
     configs = SUITES[args.suite]

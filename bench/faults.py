@@ -1265,7 +1265,11 @@ def main() -> int:
         "--keep", action="store_true", help="keep every episode's folder (default: those with problems)"
     )
     parser.add_argument("--no-record", action="store_true", help="print only; write no record")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty or args.no_record)
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     unknown = [f for f in faults if f not in FAULTS]
     if unknown or not faults:

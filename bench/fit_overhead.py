@@ -168,7 +168,11 @@ def main() -> None:
     parser.add_argument("--virtual", type=Path, help="estimator-zoo-virtual record (default: the newest)")
     parser.add_argument("--probes", default="cpu,virtual", help="which probes' constants to refit (default: both)")
     parser.add_argument("--record", action="store_true", help="write the scores as a record (estimator-zoo-refit)")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty or not args.record)
     given = {"cpu": args.cpu, "virtual": args.virtual}
     sources = {probe: given[probe] or newest(probe) for probe in args.probes.split(",")}
     results: dict[str, dict[str, Any]] = {}

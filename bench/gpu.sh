@@ -48,6 +48,7 @@ RECORDS=bench/records
 if [[ $DRY == 1 ]]; then
     RECORDS=$(mktemp -d)
     export ELASTUNE_BENCH_RECORDS=$RECORDS  # bench/record.py writes here instead
+    export ELASTUNE_BENCH_ALLOW_DIRTY=1  # a rehearsal of uncommitted work; its records are thrown away
 fi
 touch "$LOG/start"
 

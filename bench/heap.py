@@ -66,7 +66,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (each: every config, both regimes)")
     parser.add_argument("--steps", type=int, default=120, help="training steps a run")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     common = [f"steps={args.steps}", "warmup_steps=10", "device=cpu"]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for round_ in range(args.rounds):

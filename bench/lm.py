@@ -104,7 +104,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N (at GPU_SHAPE)")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     cuda = args.device.startswith("cuda")
     shape = GPU_SHAPE if cuda else CPU_SHAPE
     lm_base, menu = base(shape), studies(shape)

@@ -41,7 +41,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda adds data.pin_memory=true runs)")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     loaders = list(LOADERS)
     if args.device.startswith("cuda"):
         loaders += [(f"{label}, pinned", [*sets, "data.pin_memory=true"]) for label, sets in LOADERS]

@@ -171,7 +171,11 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="keep mutmut's results; re-test only what changed")
     parser.add_argument("--report", action="store_true", help="the last run's results, without running")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="mutants tested at once")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
     modules = [path.removeprefix("src/elastune/") for path in config["only_mutate"]]

@@ -60,7 +60,11 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.02, help="eval log loss allowed over full's")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=3, help="runs per plan, interleaved: median samples/s, max peak")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
     # Rounds of every plan in turn, so a busy moment of the machine falls on all plans alike.
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in PLANS}
     for _ in range(args.repeat):

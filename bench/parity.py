@@ -87,7 +87,11 @@ def main() -> None:
     parser.add_argument("--max-trials", type=int, help="the sweep's proposals")
     parser.add_argument("--set", action="append", default=[], help="a sweep override KEY=VALUE (repeatable)")
     parser.add_argument("--log", type=Path, help="append the sweep's and the reruns' standard error here, as written")
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args()
+    refuse_dirty(args.allow_dirty)
 
     from elastune.tracking.mlflow import load_sweep
 

@@ -4,11 +4,19 @@ when, and the figures, each against its target where the benchmark has one.
 
 `bench/render.py` turns the newest record of each benchmark into bench/RESULTS.md; the records are
 the history. Every bench script ends with `write_record(...)`.
+
+A record is what its script wrote, nothing else: it carries the sha256 of its own content
+(`digest`), so an edit after the run is refused when it is read. What a person learns afterwards
+goes in a notes file beside it (`NAME.notes.md`), which bench/RESULTS.md links. A run from a tree
+with uncommitted changes cannot say which code it measured: every script refuses to start in one
+(exit 2) unless given `--allow-dirty`, and such a record says `"dirty": true`.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -54,9 +62,62 @@ class Record:
     source: str = "run"  # "run", or where a figure was transcribed from
     notes: list[str] = field(default_factory=list)
     table: dict[str, Any] | None = None  # {"columns": [...], "rows": [[...]]}: the per-config detail
+    digest: str | None = None  # sha256 of the rest of the record as written (records before 2026-11-27 have none)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class DirtyTree(RuntimeError):
+    """The checkout has uncommitted changes to tracked files and `--allow-dirty` was not given."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every bench script that writes a record takes."""
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run and write the record although tracked files have uncommitted changes (the record says so)",
+    )
+
+
+_allow_dirty = False  # what the script's --allow-dirty said (refuse_dirty), for write_record
+
+
+def refuse_dirty(allow_dirty: bool) -> None:
+    """Stop before a benchmark runs (exit 2) when its record would not name the code it measured;
+    `write_record` then follows the same choice."""
+    global _allow_dirty
+    _allow_dirty = allow_dirty
+    try:
+        check_clean(allow_dirty)
+    except DirtyTree as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+def check_clean(allow_dirty: bool) -> None:
+    # ELASTUNE_BENCH_ALLOW_DIRTY=1: --allow-dirty for every script a driver runs (bench/gpu.sh's dry run)
+    if allow_dirty or os.environ.get("ELASTUNE_BENCH_ALLOW_DIRTY") == "1":
+        return
+    _, dirty = commit()
+    if dirty:
+        raise DirtyTree(
+            "tracked files have uncommitted changes, so the record could not say which code ran: commit "
+            "them, run from a clean worktree (git worktree add --detach /tmp/benchtree HEAD), or pass "
+            "--allow-dirty (the record is then marked dirty)"
+        )
+
+
+def digest(data: dict[str, Any]) -> str:
+    """The sha256 of a record's content without its digest field (canonical JSON)."""
+    content = {key: value for key, value in data.items() if key != "digest"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def notes_path(path: Path) -> Path:
+    """Where notes written by hand about the record at `path` go."""
+    return path.with_name(path.stem + ".notes.md")
 
 
 def machine(device: str | None = None) -> dict[str, Any]:
@@ -116,8 +177,12 @@ def write_record(
     notes: list[str] | None = None,
     table: dict[str, Any] | None = None,
     folder: Path = RECORDS,
+    allow_dirty: bool | None = None,
 ) -> Path:
-    """Write this run's record and say where; returns its path."""
+    """Write this run's record and say where; returns its path. Raises DirtyTree where the tree has
+    uncommitted changes and dirt is not allowed (`allow_dirty`; None: what the script's
+    `refuse_dirty` was told at its start)."""
+    check_clean(_allow_dirty if allow_dirty is None else allow_dirty)
     sha, dirty = commit()
     now = datetime.now(UTC)
     record = Record(
@@ -135,15 +200,23 @@ def write_record(
     )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{benchmark}-{now:%Y%m%d-%H%M%S}-{(sha or 'nocommit')[:7]}.json"
-    path.write_text(json.dumps(record.to_dict(), indent=1, ensure_ascii=False) + "\n")
+    data = record.to_dict()
+    data["digest"] = digest(data)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     print(f"record: {shown} (render bench/RESULTS.md: python bench/render.py)", file=sys.stderr)
     return path
 
 
 def load_record(path: Path) -> Record:
-    """A record file, checked: every required field present; says which file and field otherwise."""
+    """A record file, checked: every required field present, and its content what the script wrote
+    where it carries a digest; says which file and field otherwise."""
     data = json.loads(path.read_text())
+    if data.get("digest") is not None and data["digest"] != digest(data):
+        raise ValueError(
+            f"{path.name}: edited after its run (its digest no longer matches): put what was added by hand "
+            f"in {notes_path(path).name} beside it, and restore the record from git"
+        )
     missing = [key for key in REQUIRED if data.get(key) in (None, "", [])]
     if missing and not (missing == ["commit"] and data.get("source", "run") != "run"):
         raise ValueError(f"{path.name}: not a benchmark record, missing {', '.join(missing)}")

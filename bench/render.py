@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from record import RECORDS, Figure, Record, load_record
+from record import RECORDS, Figure, Record, load_record, notes_path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 # The order of the sections; a benchmark not listed follows, by name.
@@ -60,10 +60,13 @@ def _section(name: str, current: tuple[Path, Record], earlier: list[Path]) -> st
     lines.append(f"- {_machine(r.machine)}")
     code = f"commit {r.commit[:7]}" if r.commit else "commit not recorded"
     if r.dirty:
-        code += " (with uncommitted changes)"
+        code += " (**dirty**: with uncommitted changes)"
     lines.append(f"- {r.date}, {code}; record [{path.name}](records/{path.name}); command: `{r.command}`")
     if r.source != "run":
         lines.append(f"- {r.source}")
+    if notes_path(path).exists():
+        notes = notes_path(path).name
+        lines.append(f"- notes written after the run, by hand: [{notes}](records/{notes})")
     if earlier:
         links = ", ".join(f"[{p.stem}](records/{p.name})" for p in reversed(earlier))
         lines.append(f"- earlier records: {links}")

@@ -931,7 +931,11 @@ def main(argv: list[str] | None = None) -> None:
         default=OVERHEAD_CONFIG,
         help="overhead: the config's parameters (JSON, dotted keys)",
     )
+    from record import add_arguments, refuse_dirty
+
+    add_arguments(parser)
     args = parser.parse_args(argv)
+    refuse_dirty(args.allow_dirty or args.what in {"points", "grid"})
     spec = load_spec(args.space)
     if args.what == "points":
         for p in grid_points(spec):
