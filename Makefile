@@ -33,8 +33,9 @@ demo: install
 
 # Two workers: the integration packages and the unit-test files are spread over them as
 # tests/conftest.py says (pytest_xdist_make_scheduler). A single test: .venv/bin/pytest PATH::NAME.
+# The 25 slowest are listed at the end: the suite must stay under 15 minutes on two cores.
 test: install lint
-	$(PY) -m pytest -n 2
+	$(PY) -m pytest -n 2 --durations=25
 
 test-fast: install
 	$(PY) -m pytest -m "not integration and not slow"

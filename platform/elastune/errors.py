@@ -109,23 +109,27 @@ class SweepFoundNothing(ElastuneError):
 
 
 class SweepInterrupted(ElastuneError):
-    """A sweep's driver was stopped by a signal: the sweep is recorded as interrupted and can be
-    resumed. Exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM), as a shell would;
-    the CLI prints the record's table, then this message, whose last line is the resume command."""
+    """A sweep's driver was stopped by a signal, or the engine under it failed (`reason`: Tune or
+    Ray raised where the sweep could not go on, e.g. Ray's memory monitor killing what Tune does not
+    catch): the sweep is recorded as interrupted and can be resumed. Exits 128 + the signal's number
+    (130 for SIGINT, 143 for SIGTERM), as a shell would, or 1 for an engine failure; the CLI prints
+    the record's table, then this message, whose last line is the resume command."""
 
     label = "stopped"
 
-    def __init__(self, record: Any, signum: int, resume_command: str, recorded: bool = True) -> None:
+    def __init__(
+        self, record: Any, signum: int, resume_command: str, recorded: bool = True, reason: str | None = None
+    ) -> None:
         self.record = record  # the SweepRecord as it was recorded (tracking/records.py)
-        self.exit_code = 128 + signum
+        self.exit_code = 1 if reason is not None else 128 + signum
         self.resume_command = resume_command
-        name = signal.Signals(signum).name
+        cause = f"by {signal.Signals(signum).name}" if reason is None else f"by an engine failure ({reason})"
         if not recorded:
-            super().__init__(f"stopped by {name} before the sweep was recorded; nothing ran")
+            super().__init__(f"stopped {cause} before the sweep was recorded; nothing ran")
             return
         done = sum(1 for t in record.trials if t.status != "interrupted" and t.trial_id != "reference")
         super().__init__(
-            f"sweep {record.sweep_id} interrupted by {name} after {done} trial(s); recorded as interrupted. "
+            f"sweep {record.sweep_id} interrupted {cause} after {done} trial(s); recorded as interrupted. "
             f"Resume it with:\n  {resume_command}"
         )
 

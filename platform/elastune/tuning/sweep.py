@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from ray.exceptions import AuthenticationError
 from elastune.cluster import address_problem, auth_problem
 from elastune.compat import loopback_only_ray
 from elastune.config import elastune_home
-from elastune.errors import ConfigError, InputError, Problem, StoreUnreachable, SweepInterrupted
+from elastune.errors import ConfigError, ElastuneError, InputError, Problem, StoreUnreachable, SweepInterrupted
 from elastune.text import printable
 from elastune.tracking.records import SweepRecord, TrialRecord
 from elastune.tuning.display import Display, PlainDisplay, register, unregister
@@ -61,6 +62,7 @@ __all__ = [
     "check_cluster",
     "connect_ray",
     "new_sweep_id",
+    "reference_report",
     "run_sweep",
     "sweeps_home",
     "trial_concurrency",
@@ -160,6 +162,7 @@ def _run(
         Interruption(record.sweep_id, uri, resume_line, echo) as stop,
         journaling(record.sweep_id, home / record.sweep_id, tracker, echo) as journal,
     ):
+        failure: str | None = None  # why the engine stopped the sweep, where it did
         try:
             record.mlflow_run_id = stop.run_id = tracker.start_sweep(record)
             with Heartbeat(uri, record.mlflow_run_id):
@@ -174,16 +177,23 @@ def _run(
                     _search(spec, record, uri, home, concurrency, resumed=resumed)
                 if not stop.signum:
                     _confirm(spec, record.sweep_id, uri, tracker, home, stop, display)
-        except Exception:
-            if not stop.signum:
-                raise
+        except ElastuneError:
+            raise
+        except Exception as exc:
             # Stopping can break what was under way (a trial's actor killed mid-call): the
-            # signal, not this, is what ended the sweep.
+            # signal, not this, is what ended the sweep. Without a signal the engine failed
+            # where the sweep cannot go on (Tune re-raises Ray's OutOfMemoryError from fit()):
+            # the sweep ends interrupted, resumable, said in one line (the traceback with -v).
+            if not stop.signum:
+                failure = error_line(f"{type(exc).__name__}: {exc} {exc.__cause__!r}")
+                if options.verbose:
+                    traceback.print_exc()
         if record.mlflow_run_id is None:  # stopped before anything was recorded: nothing to resume
-            raise SweepInterrupted(record, stop.signum or signal.SIGTERM, "", recorded=False)
-        record = _end_record(record.sweep_id, uri, tracker, journal, interrupted=bool(stop.signum), join=stop.join)
-    if stop.signum:
-        raise SweepInterrupted(record, stop.signum, stop.resume)  # the resume writes the journal first
+            raise SweepInterrupted(record, stop.signum or signal.SIGTERM, "", recorded=False, reason=failure)
+        stopped = bool(stop.signum) or failure is not None
+        record = _end_record(record.sweep_id, uri, tracker, journal, interrupted=stopped, join=stop.join)
+    if stop.signum or failure is not None:  # the resume writes the journal first
+        raise SweepInterrupted(record, stop.signum or signal.SIGTERM, stop.resume, reason=failure)
     if journal.pending:
         raise StoreUnreachable(record, uri, journal.path, sync_command(record.sweep_id, options.tracking_uri))
     echo(f"sweep {record.sweep_id} finished in {time.time() - started:.0f} s")
@@ -245,6 +255,7 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
         reference_quality=record.reference_quality,
         edo=spec.uses_edo,
         finished=_finished_reports(record),
+        reference=reference_report(record),
     )
     trainable = _trainable(context)
     experiment = home / record.sweep_id  # the validated id's folder (tuning/state.py), checked on a resume
@@ -414,6 +425,21 @@ def _finished_reports(record: SweepRecord) -> dict[str, TrialReport]:
         for t in record.trials
         if t.status in FINAL_TRIAL_STATUSES and t.trial_id != "reference" and not t.trial_id.startswith("screened-")
     }
+
+
+def reference_report(record: SweepRecord) -> TrialReport | None:
+    """The reference run's last report, for a proposal of the reference's own config to repeat
+    (TrialContext.reference), its quality held to the reference's (its own: within any
+    tolerance); None where the reference measured nothing (that proposal then trains)."""
+    reference = record.reference()
+    if reference is None or reference.status not in {"ok", "infeasible"} or reference.samples_per_s is None:
+        return None
+    metric = QualityMetric(record.quality_metric, record.quality_direction)
+    report = TrialReport.replay(
+        reference, record.memory_ceiling_bytes, record.quality_tolerance, record.reference_quality, metric
+    )
+    held = record.quality_tolerance is not None and record.reference_quality is not None
+    return report.model_copy(update={"quality_ok": True if held else None})
 
 
 def resume_command(sweep_id: str, tracking_uri: str | None) -> str:
