@@ -46,6 +46,7 @@ from elastune.edo.policy import DeviceSpec, Grant
 from elastune.edo.reshape import Shape, Split, ladder
 from elastune.embeddings.cached import CachedEmbedding
 from elastune.errors import EdoError, InputError
+from elastune.memory.overhead import SCREEN_MARGIN
 from elastune.training.checkpoint import LoopState
 from elastune.training.probe import ElasticProbe
 
@@ -54,8 +55,11 @@ __all__ = ["Demand", "EdoBoundary", "EdoError", "edo_session", "plan_demand"]
 BEATS_PER_INTERVAL = 3  # lease renewals per heartbeat interval (the lease is 1.5 intervals by default)
 SHRINK_ATTEMPTS = 3  # re-shapes tried before a shrink is confirmed regardless (then enforced)
 GROW_MARGIN = 0.05  # growing needs this much room beyond the prediction, shrinking only `headroom`
-DEMAND_PADDING = 0.10  # plan_demand's margin over the estimate: the estimator's ±10% goal,
-DEMAND_PADDING_MIN = 7 * 2**20  # and at least the virtual device's spread above its fitted runtime (+7 MiB)
+# plan_demand's margin over the estimate: the screening margin of the virtual device (the most a
+# config of the estimator's fit half measured above its prediction, memory/overhead.py), and at
+# least the virtual device's spread above its fitted runtime (+7 MiB)
+DEMAND_PADDING = SCREEN_MARGIN["virtual"] - 1
+DEMAND_PADDING_MIN = 7 * 2**20
 
 
 @dataclass(frozen=True)
@@ -98,10 +102,10 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     )
 
     # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart.
-    # Padded by the estimator's error goal: a trial whose smallest shape measures 1% over a bare
+    # Padded by the screening margin: a trial whose smallest shape measures 1% over a bare
     # estimate has nothing left to shrink and fails. And by at least the virtual device's own
     # spread (up to 7 MiB over its fitted runtime, memory/overhead.py): a small trial's tables dominate
-    # every shape, so 10% of a small estimate is less than that spread at every micro-batch down to 1.
+    # every shape, so 11% of a small estimate is less than that spread at every micro-batch down to 1.
     def priced(c: RunConfig) -> int:
         predicted = estimate(c, virtual=True).peak_bytes
         return predicted + max(int(predicted * DEMAND_PADDING), DEMAND_PADDING_MIN)
