@@ -1,16 +1,17 @@
-"""The README's Web UI commands, pasted in order on a fresh machine (an empty HOME: no
-~/.ray/auth_token): the first block starts a Ray head whose job server and GCS refuse a client
-without the token and whose every port listens on 127.0.0.1 only; the second block, from a new
-shell, runs a sweep on it with `--address` and as a Ray job; the UI the first block starts reaches
-it. A sweep pointed at the head without the token (or with another) is told so at once (exit 2).
+"""The cluster commands of docs/clusters.md (the README's tour points there), pasted in order on a
+fresh machine (an empty HOME: no ~/.ray/auth_token): the first block starts a Ray head whose job
+server and GCS refuse a client without the token and whose every port listens on 127.0.0.1 only;
+the second block, from a new shell, runs a sweep on it with `--address` and as a Ray job (`ray job
+submit` with the venv's python by its path, as pasted); the UI the first block starts reaches it. A
+sweep pointed at the head without the token (or with another) is told so at once (exit 2).
 
-The README's lines run as written, in a folder laid out like the repository (`.venv` links to this
+The page's lines run as written, in a folder laid out like the repository (`.venv` links to this
 venv, `search_spaces/dlrm_quick.yaml` is a tiny spec so the sweeps take seconds), with these
 additions a reader would not make: a free port for every port Ray and the UI would otherwise take
 by default (another cluster may hold those on a test machine), `--block` so the head stays in this
 test's own process group, and a `RAY_TMPDIR` of its own (Ray's /tmp/ray, where `ray start` records
 the cluster for the UI to find), by which the test also finds the head's processes to end them.
-The README's `ray stop` is not run: it would end every Ray cluster this user runs on the machine,
+The page's `ray stop` is not run: it would end every Ray cluster this user runs on the machine,
 other tests' and other people's included; the test kills its own head instead.
 """
 
@@ -39,16 +40,17 @@ from tests.integration.sweep_specs import tiny_spec, write_spec
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = ROOT / "docs" / "clusters.md"  # the guide that holds the commands
 VENV = Path(sys.executable).parent.parent
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 
 
-def readme_block(containing: str) -> list[str]:
-    """The commands of the README's one ```bash block that contains `containing`: continuation
-    lines joined, comments and blank lines dropped. Fails if the block moved or was split."""
-    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def doc_block(path: Path, containing: str) -> list[str]:
+    """The commands of the one ```bash block of the page at `path` that contains `containing`:
+    continuation lines joined, comments and blank lines dropped. Fails if the block moved or was split."""
+    blocks = re.findall(r"```bash\n(.*?)```", path.read_text(), re.S)
     found = [block for block in blocks if containing in block]
-    assert len(found) == 1, f"README.md should have one bash block with {containing!r}, has {len(found)}"
+    assert len(found) == 1, f"{path.name} should have one bash block with {containing!r}, has {len(found)}"
     joined = found[0].replace("\\\n", " ")
     return [re.sub(r"\s+#[^'\"]*$", "", line).strip() for line in joined.splitlines() if line.strip()]
 
@@ -65,16 +67,19 @@ def head_folder() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
+def test_the_guide_starts_a_token_auth_loopback_cluster_that_its_commands_use(
     head_folder: Path, tmp_path: Path, free_port: Callable[[], int], wait_until: Callable[..., None]
 ) -> None:
-    head_lines = readme_block("ray start --head")
-    client_lines = readme_block("ray job submit --address http://127.0.0.1:8265")
+    head_lines = doc_block(CLUSTERS, "ray get-auth-token --generate")  # the page's other `ray start`s do not make one
+    client_lines = doc_block(CLUSTERS, "ray job submit --address http://127.0.0.1:8265")
+    assert any("ray start --head" in line for line in head_lines)
+    (submit,) = [line for line in client_lines if "ray job submit" in line]
+    assert re.search(r'--\s+"\$PWD/\.venv/bin/python" -m elastune\.jobs\.sweep ', submit), "the venv's python, by path"
     (ui_line,) = [line for line in head_lines if "elastune ui" in line]
     assert head_lines[-1] == ui_line, "the UI runs last: it stays in the foreground"
     assert client_lines[-1] == ".venv/bin/ray stop", "the client block ends the cluster last"
 
-    repo = tmp_path / "repo"  # laid out like a checkout: the README's relative paths hold
+    repo = tmp_path / "repo"  # laid out like a checkout: the page's relative paths hold
     (repo / "search_spaces").mkdir(parents=True)
     (repo / ".venv").symlink_to(VENV)
     write_spec(repo / "search_spaces" / "dlrm_quick.yaml", tiny_spec(budget={"max_trials": 1, "max_concurrent": 1}))
@@ -150,7 +155,7 @@ def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
         assert {ip for ip, _ in listening} <= LOOPBACK, listening  # workers and the job's driver too
 
         # The first block's last line: the UI, in the same shell (RAY_AUTH_MODE=token, the token in ~/.ray).
-        # The README's cluster serves jobs at Ray's default http://127.0.0.1:8265, the UI's default; this
+        # The page's cluster serves jobs at Ray's default http://127.0.0.1:8265, the UI's default; this
         # test's cluster takes other ports (it must not collide), so the UI is told where, never left to
         # find a cluster through Ray's shared discovery file.
         ui_command = f"{ui_line} --port {ui} --ray-address http://127.0.0.1:{dashboard}"
@@ -174,7 +179,7 @@ def test_the_readme_starts_a_token_auth_loopback_cluster_that_its_commands_use(
 
 
 def _on_ports(line: str, gcs: int, dashboard: int) -> str:
-    """A README line with Ray's default ports swapped for this test's."""
+    """A line of the page with Ray's default ports swapped for this test's."""
     return line.replace("127.0.0.1:6379", f"127.0.0.1:{gcs}").replace("127.0.0.1:8265", f"127.0.0.1:{dashboard}")
 
 
@@ -202,8 +207,9 @@ def _listening(group: int) -> set[tuple[str, int]]:
 
 
 def test_a_sweep_without_address_starts_a_ray_that_listens_on_loopback_only(head_folder: Path, tmp_path: Path) -> None:
-    """README: with no `--address`, a sweep starts "a new local Ray on 127.0.0.1". Ray would swap
-    127.0.0.1 for the machine's network address and listen on every interface; the sweep keeps it."""
+    """docs/clusters.md: with no `--address`, a sweep starts "a new local Ray whose every port listens
+    on 127.0.0.1". Ray would swap 127.0.0.1 for the machine's network address and listen on every
+    interface; the sweep keeps it."""
     probe = (
         "import json, psutil, ray\n"
         "from elastune.tuning.sweep import SweepOptions, connect_ray\n"
