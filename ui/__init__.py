@@ -1,6 +1,6 @@
 """The web UI (installed as elastune.ui): launch and follow jobs, compare trials, watch EDO memory.
 
-`elastune ui` starts it (see README, "Web UI"). The library never imports this package; the CLI
+`elastune ui` starts it (see docs/ui.md). The library never imports this package; the CLI
 loads it by name (platform/elastune/cli/ui.py).
 """
 

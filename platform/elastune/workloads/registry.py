@@ -5,7 +5,7 @@
   group `elastune.workloads` (pyproject: `[project.entry-points."elastune.workloads"]
   two_tower = "my_pkg.models:make_workload"`);
 - an import path `package.module:factory`, for a workload that is not packaged (the module must be
-  importable where the run happens: on every Ray node for a sweep, see the README).
+  importable where the run happens: on every Ray node for a sweep, see docs/workloads.md).
 
 A factory is called as `factory(cfg, options)` and returns a `Workload` (a `Workload` subclass is
 its own factory). It may declare its own options as a pydantic model in an `options_model`
