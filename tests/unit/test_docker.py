@@ -378,3 +378,128 @@ def test_the_ui_spec_folder_is_in_the_image() -> None:
 def test_the_dockerfile_check_fails_on_a_broken_copy(old: str, new: str) -> None:
     assert old in DOCKERFILE
     assert dockerfile_problems(DOCKERFILE.replace(old, new)) != []
+
+
+# -- .dockerignore: the build context holds what the Dockerfile COPYs, and no token, store or venv
+
+DOCKERIGNORE = (ROOT / ".dockerignore").read_text()
+# Never in the build context (whatever is or is not on this machine now): the compose file's token
+# files are added below from the compose file itself.
+NEVER_SENT = [
+    ".git/config",
+    ".venv/bin/python",
+    "mlflow.db",
+    "mlruns/0/meta.yaml",
+    "mlartifacts/1/abc/artifacts/model.pt",
+    "build/lib/elastune/config.py",
+    "platform/elastune/__pycache__/config.cpython-311.pyc",
+    "ui/__pycache__/app.cpython-311.pyc",
+    "platform/elastune.egg-info/PKG-INFO",
+    "run.ckpt",
+    "tests/unit/test_docker.py",
+    "bench/RESULTS.md",
+    "docker/secrets/another_token",
+]
+
+
+def ignore_patterns(text: str) -> list[tuple[bool, re.Pattern[str]]]:
+    """(exception, regex) per line of a .dockerignore, as docker's builder reads it (moby's
+    patternmatcher): comments and blank lines skipped, a leading '!' an exception, a leading '/'
+    dropped; '**/' any folders (none too), '*' and '?' within one path element. Character classes and
+    escapes are refused: this test does not implement them, so the file must not use them."""
+    patterns = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        exception = line.startswith("!")
+        pattern = line.removeprefix("!").strip().strip("/")
+        assert not set(pattern) & set("[]\\"), f".dockerignore: {raw!r} uses a pattern this test cannot read"
+        regex = ""
+        i = 0
+        while i < len(pattern):
+            if pattern.startswith("**/", i):
+                regex, i = regex + "(.*/)?", i + 3
+            elif pattern.startswith("**", i):
+                regex, i = regex + ".*", i + 2
+            elif pattern[i] == "*":
+                regex, i = regex + "[^/]*", i + 1
+            elif pattern[i] == "?":
+                regex, i = regex + "[^/]", i + 1
+            else:
+                regex, i = regex + re.escape(pattern[i]), i + 1
+        patterns.append((exception, re.compile(f"^{regex}$")))
+    return patterns
+
+
+def ignored(path: str, patterns: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    """Whether docker leaves `path` (relative to the context) out: the last pattern matching it, or a
+    folder above it, decides (moby's MatchesOrParentMatches)."""
+    parts = path.split("/")
+    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    out = False
+    for exception, regex in patterns:
+        if any(regex.match(c) for c in candidates):
+            out = not exception
+    return out
+
+
+def _context_files(source: str) -> list[str]:
+    """The files under a COPY source in this checkout, less what a local install or run leaves there."""
+    top = ROOT / source
+    if top.is_file():
+        return [source]
+    leftovers = {"__pycache__"}
+    return [
+        str(path.relative_to(ROOT))
+        for path in sorted(top.rglob("*"))
+        if path.is_file() and not leftovers & set(path.parts) and not any(p.endswith(".egg-info") for p in path.parts)
+    ]
+
+
+def dockerignore_problems(dockerignore: str) -> list[str]:
+    patterns = ignore_patterns(dockerignore)
+    problems = [
+        f"left out of the build context but COPYed: {path}"
+        for source in sorted(copied(DOCKERFILE))
+        for path in _context_files(source)
+        if ignored(path, patterns)
+    ]
+    secrets = [str(Path("docker", s["file"])) for s in COMPOSE["secrets"].values()]
+    never = [*NEVER_SENT, *(str(Path(p)) for p in secrets)]
+    problems += [f"sent to the builder: {path}" for path in never if not ignored(path, patterns)]
+    return problems
+
+
+def test_the_build_context_holds_what_the_image_copies_and_no_secret() -> None:
+    assert {"platform", "ui", "jobs", "README.md"} <= copied(DOCKERFILE)
+    assert len(_context_files("platform")) > 50  # the walk found the sources it checks
+    assert dockerignore_problems(DOCKERIGNORE) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("!ui\n", "", "COPYed: ui/"),  # the UI's sources left out
+        ("!README.md\n", "", "COPYed: README.md"),
+        ("*\n", "", "sent to the builder: .venv/"),  # an allowlist no more: everything goes
+        ("!search_spaces\n", "!search_spaces\n!docker\n", "sent to the builder: docker/secrets/ray_token"),
+        ("**/__pycache__\n**/*.pyc\n", "", "sent to the builder: platform/elastune/__pycache__/"),
+        ("**/*.egg-info\n", "", "sent to the builder: platform/elastune.egg-info/"),
+        ("!platform\n", "!platform\n!mlflow.db\n", "sent to the builder: mlflow.db"),
+    ],
+)
+def test_the_dockerignore_check_fails_on_a_broken_copy(old: str, new: str, expected: str) -> None:
+    assert old in DOCKERIGNORE
+    problems = dockerignore_problems(DOCKERIGNORE.replace(old, new, 1))
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_pattern_reader_follows_dockers_rules() -> None:
+    """Hand cases of moby's patternmatcher: a folder's pattern covers what is in it, '*' stays in
+    one path element, '**/' crosses any number of them, the last match wins."""
+    rules = ignore_patterns("*\n!keep\n**/*.pyc\n/top.txt\nkeep/deep/*.log\n")
+    assert ignored("anything.md", rules) and ignored("a/b/c", rules)
+    assert not ignored("keep/x.py", rules) and ignored("keep/x.pyc", rules) and ignored("keep/a/b/y.pyc", rules)
+    assert ignored("keep/deep/z.log", rules) and not ignored("keep/deep/more/z.log", rules)
+    assert ignored("top.txt", ignore_patterns("/top.txt")) and not ignored("sub/top.txt", ignore_patterns("top.txt"))

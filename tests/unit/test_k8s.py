@@ -27,8 +27,13 @@ URI = "http://mlflow.mlflow.svc:5000"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
+IMAGE = "registry.example.com/elastune:0.1.0"
+
+
 def rayjob_docs(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, Any]]:
-    assert main(["k8s", "rayjob", *args]) == 0
+    """The manifests `elastune k8s rayjob ARGS` prints (with --image IMAGE where ARGS name none)."""
+    image = [] if "--image" in args else ["--image", IMAGE]
+    assert main(["k8s", "rayjob", *args, *image]) == 0
     return list(yaml.safe_load_all(capsys.readouterr().out))
 
 
@@ -62,7 +67,7 @@ def test_the_rayjob_has_the_fields_the_crd_requires(capsys: pytest.CaptureFixtur
     cluster = spec["rayClusterSpec"]
     head = cluster["headGroupSpec"]
     assert all(isinstance(v, str) for v in head["rayStartParams"].values())
-    assert head["template"]["spec"]["containers"][0]["image"] == "elastune:0.1.0"
+    assert head["template"]["spec"]["containers"][0]["image"] == IMAGE
     assert cluster["workerGroupSpecs"]
     for group in cluster["workerGroupSpecs"]:
         assert {"groupName", "replicas", "minReplicas", "maxReplicas", "rayStartParams", "template"} <= set(group)
@@ -185,6 +190,10 @@ def test_every_shipped_spec_makes_a_rayjob(spec: Path, capsys: pytest.CaptureFix
         (["--tracking-uri", "./mlruns"], "deleted when the sweep ends"),
         (["--tracking-uri", URI, "--namespace", "Sweeps_1"], "--namespace='Sweeps_1'"),
         (["--tracking-uri", URI, "--image", "a b"], "--image='a b'"),
+        # no image: none is pullable by default (issue 37, point 7); said with the push that makes one
+        (["--tracking-uri", URI], "--image: required"),
+        (["--tracking-uri", URI], "docker push registry.example.com/elastune:0.1.0"),
+        ([], "--image: required"),  # every bad option at once, the tracking URI's too
     ],
 )
 def test_bad_options_exit_2_and_print_nothing(
@@ -202,6 +211,21 @@ def test_a_bad_spec_exits_2_naming_the_field_and_prints_nothing(
     raw["budget"]["max_concurrent"] = 0
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(raw))
-    assert main(["k8s", "rayjob", str(path), "--tracking-uri", URI]) == 2
+    assert main(["k8s", "rayjob", str(path), "--tracking-uri", URI, "--image", IMAGE]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "budget.max_concurrent" in captured.err
+
+
+def test_an_image_without_a_registry_is_warned_about_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """A local tag (`elastune:0.1.0` is Docker Hub's library/elastune, which holds no such image) runs
+    only where it was loaded into every node (kind, minikube): printed, with a warning on stderr."""
+    assert main(["k8s", "rayjob", str(QUICK), "--tracking-uri", URI, "--image", "elastune:0.1.0"]) == 0
+    captured = capsys.readouterr()
+    warning = [line for line in captured.err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "--image='elastune:0.1.0' names no registry" in warning[0], captured.err
+    assert "kind load docker-image elastune:0.1.0" in warning[0] and "docker push" in warning[0]
+    rayjob = by_kind(list(yaml.safe_load_all(captured.out)))["RayJob"]  # stdout is the manifests alone
+    assert {c["image"] for c in containers(rayjob)} == {"elastune:0.1.0"}
+    for pullable in (IMAGE, "someone/elastune:0.1.0", "localhost:5000/elastune:0.1.0"):
+        assert main(["k8s", "rayjob", str(QUICK), "--tracking-uri", URI, "--image", pullable]) == 0
+        assert "warning" not in capsys.readouterr().err, pullable

@@ -21,6 +21,34 @@ const Elastune = (() => {
     }
   }
 
+  // The token stays in this tab's sessionStorage, never in localStorage: that would outlive the tab, on
+  // disk, readable by any page served at this origin later (127.0.0.1:PORT is whatever listens there
+  // next, another local user's server included). A new tab asks this UI's open tabs for it instead (a
+  // BroadcastChannel reaches this origin's pages in this browser only) and the user only when none has
+  // one: a tab shares a token only once the server has taken it, and only while it is open.
+  const CHANNEL = "elastune-ui-token";
+  let accepted = null; // the token the server last took from this tab
+  const answering = "BroadcastChannel" in window ? new BroadcastChannel(CHANNEL) : null;
+  if (answering) {
+    answering.onmessage = (event) => {
+      const token = sessionStorage.getItem(TOKEN_KEY);
+      if (event.data === "token?" && token && token === accepted) answering.postMessage({ token });
+    };
+  }
+  let sharing = null;
+  function tokenFromOpenTabs() {
+    if (!answering) return Promise.resolve(null);
+    if (sharing) return sharing;
+    sharing = new Promise((resolve) => {
+      const ask = new BroadcastChannel(CHANNEL); // its own message reaches the tab's other channel, not it
+      const done = (token) => { clearTimeout(timer); ask.close(); sharing = null; resolve(token); };
+      const timer = setTimeout(() => done(null), 500); // an open tab answers within milliseconds
+      ask.onmessage = (event) => { if (event.data && typeof event.data.token === "string") done(event.data.token); };
+      ask.postMessage("token?");
+    });
+    return sharing;
+  }
+
   let asking = null;
   function askToken(wrong) {
     if (asking) return asking;
@@ -51,7 +79,13 @@ const Elastune = (() => {
       } catch (e) {
         throw new ApiError(0, { detail: "The UI server cannot be reached. Is `elastune ui` still running?" });
       }
-      if (res.status === 401) { await askToken(Boolean(token)); continue; }
+      if (res.status === 401) {
+        const shared = token ? null : await tokenFromOpenTabs(); // a token this tab tried is asked of the user
+        if (shared) sessionStorage.setItem(TOKEN_KEY, shared);
+        else await askToken(Boolean(token));
+        continue;
+      }
+      if (token) accepted = token;
       const type = res.headers.get("content-type") || "";
       const payload = type.includes("json") ? await res.json() : await res.text();
       if (!res.ok) throw new ApiError(res.status, typeof payload === "string" ? { detail: payload } : payload);

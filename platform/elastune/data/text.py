@@ -48,6 +48,11 @@ and text_field, vocab, the held-out count and the tokenizers version. Written at
 file gets a new key. Validation (validate.py: `check_text_data`) builds them: it reads each file,
 checks every line, trains the tokenizer and tokenizes, once; the run's processes then load them.
 
+What it trains on is said once per process, on stderr, when the source is first built (for
+`elastune train`: by validation, before the run starts): the documents, how many are held out, the
+tokens on each side and the vocabulary's real size (`TextStats`). A small corpus shows there: a
+730-line file with eval.samples above half of it has every 2nd document held out.
+
 Bad input is a DataError naming the file (and the line): an empty file, a line that is not UTF-8 or
 not a JSON object, an object without a string `text_field`, a line over data.max_document_bytes, a
 file past the size bound, fewer than 2 training sequences, too few documents to hold one out.
@@ -61,6 +66,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -90,6 +96,7 @@ __all__ = [
     "SyntheticText",
     "TextCorpus",
     "TextSource",
+    "TextStats",
     "TokenBatch",
     "check_text_data",
     "text_corpus",
@@ -497,6 +504,95 @@ class _Sequences:
         return TokenBatch(torch.from_numpy(tokens), torch.from_numpy(lengths.astype(np.int64)))
 
 
+@dataclass(frozen=True)
+class TextStats:
+    """What a text source trains and evaluates on: the lines it prints when first built."""
+
+    path: Path
+    eval_path: Path | None
+    documents: int  # of data.path
+    held_out: int  # documents held out for eval: of data.path, or all of data.eval_path's
+    every: int  # without data.eval_path: every `every`-th document is held out, at most eval_samples
+    eval_samples: int
+    train_tokens: int  # ids of the training documents, each one's EOS included
+    held_out_tokens: int
+    train_sequences: int
+    context: int
+    vocab: int  # the tokenizer's real size: the LM's token table
+    target_vocab: int  # workload_options.vocab, which a small corpus leaves the tokenizer below
+
+    def lines(self) -> list[str]:
+        if self.eval_path is not None:
+            first = (
+                f"text data: {self.documents:,} documents in {self.path.name} to train on, {self.held_out:,} "
+                f"held out in {self.eval_path.name} (data.eval_path)"
+            )
+        else:
+            how = f"every {_ordinal(self.every)} document, at most eval.samples={self.eval_samples:,}"
+            if self.held_out * 4 > self.documents:  # a quarter or more never trains
+                how += "; a lower eval.samples or a data.eval_path leaves more to train on"
+            first = (
+                f"text data: {self.documents:,} documents in {self.path.name}: {self.held_out:,} held out for eval "
+                f"({how}), {self.documents - self.held_out:,} to train on"
+            )
+        below = f" (below workload_options.vocab={self.target_vocab:,}: the text ran out of pairs to merge)"
+        second = (
+            f"  tokens: {self.train_tokens:,} to train on ({self.train_sequences:,} sequences of at most "
+            f"{self.context}), {self.held_out_tokens:,} held out; vocabulary: {self.vocab:,} ids"
+        )
+        return [first, second + (below if self.vocab < self.target_vocab else "")]
+
+
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
+def _stats(
+    data: DataConfig,
+    corpus: TextCorpus,
+    held: Mask,
+    train_sequences: int,
+    *,
+    context: int,
+    target_vocab: int,
+    eval_samples: int,
+) -> TextStats:
+    """The stats of a source over `corpus`, whose documents of data.path `held` marks held out
+    (eval_samples of them, every k-th: `_held_out`)."""
+    assert data.path is not None
+    docs, held_file = corpus.documents, corpus.eval_documents
+    if held_file is None:
+        held_out, held_out_tokens = int(held.sum()), int(docs.lengths[held].sum())
+    else:
+        held_out, held_out_tokens = len(held_file), int(held_file.lengths.sum())
+    return TextStats(
+        path=data.path,
+        eval_path=data.eval_path,
+        documents=len(docs),
+        held_out=held_out,
+        every=max(2, len(docs) // eval_samples) if eval_samples else 0,
+        eval_samples=eval_samples,
+        train_tokens=int(docs.lengths[~held].sum()),
+        held_out_tokens=held_out_tokens,
+        train_sequences=train_sequences,
+        context=context,
+        vocab=corpus.tokenizer.get_vocab_size(),
+        target_vocab=target_vocab,
+    )
+
+
+_ANNOUNCED: set[TextStats] = set()  # the stats this process has printed: each once
+
+
+def _announce(stats: TextStats) -> None:
+    """Print `stats` on stderr, where a run's progress goes, once per process: validation, the
+    loop and the estimator each build the source."""
+    if stats not in _ANNOUNCED:
+        _ANNOUNCED.add(stats)
+        print("\n".join(stats.lines()), file=sys.stderr, flush=True)
+
+
 class TextSource:
     """A DataSource over a file of documents (see the module docstring)."""
 
@@ -531,6 +627,10 @@ class TextSource:
                 f"{data.eval_path}: has no documents (it is empty, or every line is blank); give held-out text, "
                 "or drop data.eval_path to hold documents of data.path out"
             )
+        self.stats = _stats(
+            data, corpus, held, len(starts), context=context, target_vocab=vocab, eval_samples=eval_samples
+        )
+        _announce(self.stats)
 
     @property
     def train_sequences(self) -> int:

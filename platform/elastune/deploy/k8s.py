@@ -34,6 +34,7 @@ __all__ = [
     "TOKEN_SECRET",
     "RayJobOptions",
     "WorkerShape",
+    "image_warning",
     "rayjob_manifests",
     "rayjob_yaml",
     "worker_shape",
@@ -55,7 +56,7 @@ _LOCAL_STORES = {"", "file", "sqlite"}
 
 @dataclass(frozen=True)
 class RayJobOptions:
-    image: str
+    image: str | None  # required: None is refused (`_checked`), there is no image every cluster can pull
     tracking_uri: str | None
     namespace: str | None = None
 
@@ -101,7 +102,7 @@ def worker_shape(spec: SweepSpec) -> WorkerShape:
 
 def rayjob_manifests(spec: SweepSpec, spec_text: str, options: RayJobOptions) -> list[dict[str, Any]]:
     """The Secret (no value), the ConfigMap with `spec_text` and the RayJob, as mappings."""
-    tracking_uri = _checked(options)
+    tracking_uri, image = _checked(options)
     name = _job_name(spec.name)
     meta = {"namespace": options.namespace} if options.namespace else {}
     secret = {
@@ -134,8 +135,8 @@ def rayjob_manifests(spec: SweepSpec, spec_text: str, options: RayJobOptions) ->
             "ttlSecondsAfterFinished": 300,  # five minutes to read the cluster's logs before it goes
             "submissionMode": "K8sJobMode",
             # KubeRay's default submitter carries no token; this one does (it runs `ray job submit`).
-            "submitterPodTemplate": _submitter(options.image),
-            "rayClusterSpec": _cluster(spec, options.image, tracking_uri, spec_map),
+            "submitterPodTemplate": _submitter(image),
+            "rayClusterSpec": _cluster(spec, image, tracking_uri, spec_map),
         },
     }
     return [secret, config_map, rayjob]
@@ -244,21 +245,53 @@ def _ray_version() -> str:
     return version("ray")  # the image is built from the same constraints.txt as this install
 
 
-def _checked(options: RayJobOptions) -> str:
-    """The tracking URI, once every option is known to work in a cluster (InputError otherwise)."""
+def _checked(options: RayJobOptions) -> tuple[str, str]:
+    """(tracking URI, image), once every option is known to work in a cluster; an InputError
+    naming every one that does not, otherwise."""
+    problems = []
     uri = options.tracking_uri
     if uri is None or urlsplit(uri).scheme in _LOCAL_STORES:
-        raise InputError(
+        problems.append(
             f"--tracking-uri={uri!r}: a RayJob's cluster is deleted when the sweep ends, and a store on its "
             "disk with it; give an MLflow server the pods reach, e.g. http://mlflow.mlflow.svc:5000"
         )
-    if not options.image or any(c.isspace() for c in options.image):
-        raise InputError(
-            f"--image={options.image!r}: give an image reference, e.g. registry.example.com/elastune:0.1.0"
+    image = options.image
+    if image is None:
+        problems.append(
+            "--image: required; no registry holds elastune's image, so a cluster cannot pull one by default. "
+            f"Build docker/Dockerfile and push it where the cluster pulls from (in the repository root: {_PUSH}), then "
+            "--image registry.example.com/elastune:0.1.0 (kind or minikube: load a local build into the "
+            "cluster, `kind load docker-image elastune:0.1.0`, and give --image elastune:0.1.0)"
         )
+    elif not image or any(c.isspace() for c in image):
+        problems.append(f"--image={image!r}: give an image reference, e.g. registry.example.com/elastune:0.1.0")
     if options.namespace is not None and not _DNS_LABEL.fullmatch(options.namespace):
-        raise InputError(
+        problems.append(
             f"--namespace={options.namespace!r}: a namespace is lowercase letters, digits and '-', at most "
             "63 characters, starting and ending with a letter or digit"
         )
-    return uri
+    if problems:
+        raise InputError("\n".join(problems))
+    assert uri is not None and image is not None
+    return uri, image
+
+
+_PUSH = (
+    "`docker build -f docker/Dockerfile -t registry.example.com/elastune:0.1.0 . && "
+    "docker push registry.example.com/elastune:0.1.0`"
+)
+
+
+def image_warning(image: str | None) -> str | None:
+    """A line saying that no cluster can pull `image` from a registry, or None. A reference with no
+    '/' names an official image of Docker Hub's library (`elastune:0.1.0` is docker.io/library/elastune),
+    where no elastune image is: it runs only where the image is already on every node (a kind or
+    minikube cluster a local build was loaded into)."""
+    if image is None or "/" in image:
+        return None
+    return (
+        f"--image={image!r} names no registry, so a cluster looks for it in Docker Hub's library, which holds "
+        "no elastune image: its pods start only where the image is already on every node (`kind load "
+        f"docker-image {image}`, `minikube image load {image}`); otherwise push it (in the repository root: {_PUSH}) "
+        "and give that name"
+    )

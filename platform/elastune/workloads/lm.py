@@ -36,7 +36,9 @@ Knobs (its options, `workload_options.KEY`, which a sweep can search like any ru
   blocks' activations are recomputed in the backward instead of kept (torch.utils.checkpoint).
 - `tie_embeddings`: the output projection is the token table's weight (strategy `full`
   only: the others store rows in a form a matmul cannot take).
-Quality: eval perplexity over the held-out sequences' real tokens, lower is better.
+Quality: eval perplexity over the held-out sequences' real tokens, lower is better. Beside it,
+`baseline_perplexity`: that of guessing uniformly over the token table, its size. A model above it
+has learned nothing that carries to held-out text, and the run says so (quality.unlearned_warning).
 """
 
 from __future__ import annotations
@@ -442,7 +444,8 @@ class LMWorkload(Workload):
 
     def evaluate(self, model: nn.Module, batches: Iterable[TokenBatch]) -> dict[str, float]:
         """The eval loss over real next-token targets (batches weighted by them), its perplexity,
-        exp(loss), the quality metric, and how many targets it is over (`tokens`)."""
+        exp(loss), the quality metric, how many targets it is over (`tokens`), and the perplexity
+        of a uniform guess over the token table (`baseline_perplexity`: its size)."""
         targets = torch.zeros(())
 
         def counted(stream: Iterable[TokenBatch]) -> Iterable[TokenBatch]:
@@ -452,7 +455,8 @@ class LMWorkload(Workload):
                 yield batch
 
         out = super().evaluate(model, counted(batches))
-        return {**out, "perplexity": math.exp(min(out["loss"], 50.0)), "tokens": float(targets)}
+        perplexity = math.exp(min(out["loss"], 50.0))
+        return {**out, "perplexity": perplexity, "tokens": float(targets), "baseline_perplexity": float(self.vocab)}
 
     def table_ids(self, batch: TokenBatch) -> torch.Tensor:
         return batch.tokens[:, None, :]

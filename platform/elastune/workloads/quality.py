@@ -8,15 +8,19 @@ of the reference's value. "Worse" depends on the metric, so a workload declares 
 
 The bound is relative to the magnitude of the reference, so it also holds for a metric that can be
 negative (a log-likelihood): `min` allows `ref + tol * |ref|`, `max` allows `ref - tol * |ref|`.
+
+A run whose model learned nothing is said once it is evaluated (`unlearned_warning`): a language
+model whose eval perplexity is above `baseline_perplexity`, a uniform guess over its vocabulary.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["EVAL_LOSS", "LOGLOSS", "Direction", "QualityMetric", "quality_of"]
+__all__ = ["EVAL_LOSS", "LOGLOSS", "Direction", "QualityMetric", "quality_of", "unlearned_warning"]
 
 Direction = Literal["min", "max"]
 
@@ -69,3 +73,32 @@ def quality_of(workload: Any) -> QualityMetric:
             "elastune.QualityMetric(NAME, 'min' or 'max')"
         )
     return metric
+
+
+def unlearned_warning(metrics: Mapping[str, float], train_loss: float) -> str | None:
+    """One line saying that the model learned nothing that carries to held-out data, with the likely
+    cause and its fix; None when it did, or when the metrics hold no baseline to tell.
+
+    The test: eval `perplexity` above `baseline_perplexity`, that of guessing uniformly over the
+    vocabulary (its size). A training loss under half the eval loss says the model memorized its
+    training text instead (overfitting); one as high says it did not fit even that."""
+    perplexity, uniform = metrics.get("perplexity"), metrics.get("baseline_perplexity")
+    if perplexity is None or uniform is None or not perplexity > uniform:  # a NaN perplexity is not judged
+        return None
+    eval_loss = metrics.get("loss", math.log(perplexity))
+    losses = f"train loss {train_loss:.2f} vs eval loss {eval_loss:.2f}"
+    if train_loss < eval_loss / 2:
+        cause = (
+            f"it memorized its training text instead ({losses}): likely too little text for this many steps; "
+            "give more text (data.path), or fewer steps, or a smaller model (workload_options.layers, "
+            "model.embedding_dim), or hold out fewer documents (eval.samples)"
+        )
+    else:
+        cause = (
+            f"it did not fit its training text either ({losses}): likely too few steps or too low a learning "
+            "rate; raise steps or optimizer.lr"
+        )
+    return (
+        f"eval perplexity {perplexity:,.0f} is above {uniform:,.0f}, the vocabulary's size: worse than guessing "
+        f"uniformly, so the model has not learned; {cause}"
+    )
