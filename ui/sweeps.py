@@ -12,7 +12,9 @@ from typing import Any
 
 from elastune.errors import InputError
 from elastune.tracking.artifacts import best_config_yaml, trials_csv
-from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front
+from elastune.tracking.ranking import Ranking, has_interval
+from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front, shown_params
+from elastune.tuning.results import legend, next_step, quality_change, speedup
 
 __all__ = ["StoreUnavailable", "SweepReader", "UnknownSweep", "best_config_yaml", "plotted_peak", "trials_csv"]
 
@@ -83,7 +85,8 @@ class SweepReader:
         return str(url) if url else None
 
     def summary(self, record: SweepRecord, complete: bool = True) -> dict[str, Any]:
-        best = record.best()
+        ranking = record.ranking()
+        best = ranking.best
         return {
             "sweep_id": record.sweep_id,
             "name": str(record.spec.get("name") or record.sweep_id),
@@ -99,6 +102,12 @@ class SweepReader:
             "units": next((t.units for t in record.trials if t.units), None),
             "best_units_per_s": best.units_per_s if best else None,
             "best_trial_id": best.trial_id if best else None,
+            "best_number": best.number if best else None,
+            # what ranks the best, and its figures: the confirmed ratio where the confirmation ran
+            # (the headline shows it then), else the search's measured samples/s
+            "ranked_by": ranking.by,
+            "best_confirmed_speedup": best.confirmed_speedup if best else None,
+            "best_measured_speedup": speedup(best, record) if best else None,
             "job_id": record.job_id,
             "mlflow_run_id": record.mlflow_run_id,
         }
@@ -106,8 +115,10 @@ class SweepReader:
     def detail(self, sweep_id: str) -> dict[str, Any]:
         record = self.load(sweep_id)
         front = {t.trial_id for t in pareto_front(record.trials)}
-        best = record.best()
-        trials = [self._trial(t, front, best) for t in sorted(record.trials, key=lambda t: t.number)]
+        ranking = record.ranking()
+        best = ranking.best
+        trials = [self._trial(t, front, record, ranking) for t in sorted(record.trials, key=lambda t: t.number)]
+        step = next_step(record)
         return {
             **self.summary(record),
             "spec": record.spec,
@@ -120,20 +131,37 @@ class SweepReader:
             "tracking_uri": self.tracking_uri,
             "parameters": _param_names(record.spec, record.trials),
             "pareto_trial_ids": [t.trial_id for t in pareto_front(record.trials)],
-            "best": self._trial(best, front, best) if best else None,
+            "best": self._trial(best, front, record, ranking) if best else None,
             "best_config": best.config if best else None,
+            # the table's legend (which figure ranks, how each was measured), the trials the
+            # confirmation could not tell from the best, and what to do next in the sweep's state
+            "legend": legend(record),
+            "tied_with_best": [t.trial_id for t in ranking.tied],
+            "next_step": {"said": step[0], "command": step[1]} if step else None,
             "trials": trials,
         }
 
-    def _trial(self, trial: TrialRecord, front: set[str], best: TrialRecord | None) -> dict[str, Any]:
+    def _trial(self, trial: TrialRecord, front: set[str], record: SweepRecord, ranking: Ranking) -> dict[str, Any]:
         peak, source = plotted_peak(trial)
+        order = [t.trial_id for t in ranking.order]
+        quality = quality_change(trial, record) if trial.trial_id != "reference" else None
         return {
             **trial.to_dict(),
             "feasible": trial.feasible,
             "plot_peak_bytes": peak,
             "plot_peak_source": source,
             "pareto": trial.trial_id in front,
-            "best": best is not None and trial.trial_id == best.trial_id,
+            "best": ranking.best is not None and trial.trial_id == ranking.best.trial_id,
+            # its place in the ranking (None: not feasible), and whether it ties with the best
+            "rank": order.index(trial.trial_id) + 1 if trial.trial_id in order else None,
+            "tie": any(t.trial_id == trial.trial_id for t in ranking.tied),
+            "measured_speedup": speedup(trial, record),
+            "confirmed_range": has_interval(trial),  # a range of two rounds or more to show
+            "same_as_reference": any(t.trial_id == trial.trial_id for t in ranking.twins),
+            "running_mean": trial.status == "pruned",  # its samples/s: the mean of its steps so far
+            "params_shown": shown_params(trial.params),  # floats to three significant digits
+            "quality_change": quality,  # "1.4% better": in the metric's own direction
+            "quality_better": None if quality in (None, "same") else quality.endswith("better"),
             "mlflow_url": self.run_url(trial.mlflow_run_id),
         }
 

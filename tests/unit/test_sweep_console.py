@@ -41,6 +41,7 @@ def lm_sweep(n: int) -> SweepRecord:
         if trial.status == "ok":
             trial.samples_per_s_quartiles = [123_456.7, 234_567.8, 345_678.9]
             trial.confirmed_speedup = [1.234, 2.345, 3.456]
+            trial.units, trial.units_per_s = "tokens", 1_234_567.8  # an LM counts its real tokens
     reference = TrialRecord(
         trial_id="reference", number=-1, status="ok", params={"batch.micro": 32}, config={}, samples_per_s=400.0
     )
@@ -125,7 +126,14 @@ def test_the_results_table_fits_100_columns_and_shows_every_parameter_whole(monk
     ]:
         assert f"{name}={value}" in text
     assert "123k-346k" in text  # the windows' middle half
-    assert "conf. 2.35×" in text and "(1.23-3.46)" in text  # the confirmation's median and range
+    assert "1,235k" in text and "tokens/s" in text  # the LM's own throughput
+    # the measured and the confirmed figures side by side, in columns named so: the search's
+    # samples/s over the reference's (1,000.3 / 400), and the confirmation's median over its range
+    (header,) = [line for line in lines if "measured" in line]
+    assert header.index("measured") < header.index("confirmed")
+    assert "2.50× ref" in text
+    median = next(i for i, line in enumerate(lines) if "2.35×" in line)
+    assert "1.23-3.46" in lines[median + 1]
     assert "pred. " in text  # the estimator's prediction under the measured peak
 
 
@@ -286,11 +294,15 @@ def test_the_confirmation_lines_fit_100_columns() -> None:
     record = SweepRecord(sweep_id="s", spec={}, status="running", trials=[*trials, reference])
     console = terminal()
     display = LiveDisplay(console)
-    confirm_best(record, Confirm(top=5, rounds=2), {}, lambda params, name: 1234.5, echo=display.line)
+    # trial 4 is 1.31x the reference in both rounds, the others no faster than it
+    measure = lambda params, name: 1620.0 if name.endswith("-id4") else 1234.5  # noqa: E731
+    confirm_best(record, Confirm(top=5, rounds=2), {}, measure, echo=display.line)
     display.close()
     shown = console.export_text().splitlines()
     assert shown[0] == "confirmation: 2 rounds of the reference then the 5 fastest configs, one run at a time"
-    assert_fits_and_keeps_words(shown, "round 1: reference 1,234 samples/s;", "trial 4 1.00x", "confirmed best: trial")
+    assert_fits_and_keeps_words(
+        shown, "round 1: reference 1,234 samples/s;", "trial 4 1.31x", "confirmed best: trial 4"
+    )
     assert not any("id4" in line for line in shown)  # trials named as the table names them, not by Tune's id
 
 

@@ -6,10 +6,29 @@
   const body = document.getElementById("sweep-body");
   const sweepId = body.dataset.sweepId;
   const COLORS = { ok: "#2457a6", pruned: "#a86400", infeasible: "#5a4fb0", oom: "#b3261e", failed: "#7b8494", running: "#1b8a9a" };
-  let data = null, sort = { key: "number", dir: 1 }, selected = null, laidOut = false, lastJson = "";
+  let data = null, sort = { key: "rank", dir: 1 }, selected = null, laidOut = false, lastJson = "";
 
   const tile = (label, value, unit) => el("div", { class: "tile" }, el("div", { class: "label", text: label }), el("div", { class: "value" }, value, unit ? el("span", { class: "unit", text: ` ${unit}` }) : null));
   const paramText = (v) => (v === null || v === undefined ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v));
+  // A searched value as the server wrote it for showing (floats to three significant digits).
+  const shown = (t, k) => (t.params_shown && k in t.params_shown ? t.params_shown[k] : paramText(t.params[k]));
+  const who = (t) => (t.number < 0 ? "the reference" : `trial ${t.number}`);
+  const times = (x) => `${x.toFixed(2)}×`;
+  // The confirmed ratio with what stands under it: the lowest–highest round, or why there is no range.
+  const confirmedNote = (t) => (t.same_as_reference ? "its config is the reference's" : !t.confirmed_speedup ? ""
+    : t.number < 0 ? "1 by definition" : t.confirmed_range ? `${t.confirmed_speedup[0].toFixed(2)}–${t.confirmed_speedup[2].toFixed(2)}`
+    : t.confirmed_rounds === 1 ? "one round: no range" : "");
+
+  // The headline names the figure that ranks (the confirmed ratio where the confirmation ran) and
+  // the trial it belongs to: the table's row #1.
+  function bestTile() {
+    const b = data.best;
+    if (!b) return tile("Best", "–");
+    if (data.ranked_by === "confirmed" && b.confirmed_speedup) {
+      return tile(`Best: ${who(b)} · ranked by confirmed ×ref`, times(b.confirmed_speedup[1]), "ref");
+    }
+    return tile(`Best: ${who(b)} · ranked by measured samples/s`, rate(b.samples_per_s), "samples/s");
+  }
 
   function header() {
     document.getElementById("sweep-title").textContent = data.name;
@@ -26,15 +45,16 @@
       tile("Ruled out before running", String(c.infeasible)),
       tile("Out of memory", String(c.oom)),
       tile("Stopped early / failed", `${c.pruned} / ${c.failed}`),
-      tile("Best throughput", rate(data.best_samples_per_s), "samples/s"),
-      ...(data.units ? [tile(`Best ${data.units} throughput`, rate(data.best_units_per_s), `${data.units}/s`)] : []),
+      bestTile(),
+      ...(data.units && data.best ? [tile(`${who(data.best)}: ${data.units}, measured`, rate(data.best_units_per_s), `${data.units}/s`)] : []),
       tile("Memory ceiling", data.memory_ceiling_bytes ? bytes(data.memory_ceiling_bytes) : "none"));
   }
 
   function trialTip(t) {
     return [`${t.number < 0 ? "reference run" : `trial ${t.number}`} (${t.trial_id}) · ${Elastune.STATUS_WORDS[t.status] || t.status}${t.pareto ? " · Pareto" : ""}${t.best ? " · best" : ""}`,
-      `${rate(t.samples_per_s)} samples/s${t.units ? ` (${rate(t.units_per_s)} ${t.units}/s)` : ""} · peak ${bytes(t.peak_memory_bytes)} measured, ${bytes(t.estimated_peak_bytes)} predicted`,
-      ...Object.entries(t.params).map(([k, v]) => `${k} = ${paramText(v)}`)];
+      `${rate(t.samples_per_s)} samples/s${t.running_mean ? " (running mean)" : ""}${t.units ? ` (${rate(t.units_per_s)} ${t.units}/s)` : ""} · peak ${bytes(t.peak_memory_bytes)} measured, ${bytes(t.estimated_peak_bytes)} predicted`,
+      ...(t.confirmed_speedup && !t.same_as_reference ? [`confirmed ${times(t.confirmed_speedup[1])} the reference`] : []),
+      ...Object.keys(t.params).map((k) => `${k} = ${shown(t, k)}`)];
   }
 
   function plot() {
@@ -68,21 +88,29 @@
   function best() {
     const box = document.getElementById("best");
     const b = data.best;
-    if (!b) { box.replaceChildren(empty("No best configuration yet", "A trial must finish inside the memory ceiling and the quality tolerance.")); return; }
+    const finished = data.status === "finished";
+    document.querySelector("#best-card h2").textContent = finished ? "Best configuration" : "Best configuration so far";
+    // A sweep that has not finished has no best_config.yaml yet: what to do instead (resume it, or wait).
+    const step = !finished && data.next_step ? el("p", { class: "small", id: "next-step" },
+      data.next_step.said, data.next_step.command ? [" ", el("code", { text: data.next_step.command })] : null) : null;
+    if (!b) { box.replaceChildren(...[empty("No best configuration yet", "A trial must finish inside the memory ceiling and the quality tolerance."), step].filter(Boolean)); return; }
     const kv = el("dl", { class: "kv" });
     const add = (k, v) => kv.append(el("dt", { text: k }), el("dd", { text: v }));
     add("trial", `${b.number} (${b.trial_id})`);
-    add("throughput", `${rate(b.samples_per_s)} samples/s${b.units ? ` · ${rate(b.units_per_s)} ${b.units}/s` : ""}`);
-    if (b.confirmed_speedup) add("confirmed", `${b.confirmed_speedup[1].toFixed(2)}× the reference (rounds ${b.confirmed_speedup[0].toFixed(2)}–${b.confirmed_speedup[2].toFixed(2)}×), measured interleaved after the search`);
+    add("ranked by", data.ranked_by === "confirmed" ? "its confirmed ratio to the reference" : "its measured samples/s (no confirmation ran)");
+    add("measured", `${rate(b.samples_per_s)} samples/s${b.measured_speedup !== null ? ` (${times(b.measured_speedup)} the reference)` : ""}${b.units ? ` · ${rate(b.units_per_s)} ${b.units}/s` : ""}, the search's single run`);
+    if (b.confirmed_speedup) add("confirmed", b.number < 0 ? "the reference itself: no config was faster in the rounds"
+      : `${times(b.confirmed_speedup[1])} the reference${b.confirmed_range ? ` (rounds ${b.confirmed_speedup[0].toFixed(2)}–${b.confirmed_speedup[2].toFixed(2)}×)` : b.confirmed_rounds === 1 ? " (one round: no range)" : ""}, median of runs one at a time after the search, each ÷ the reference's run just before it`);
+    if (data.tied_with_best.length > 1) add("tie", `${data.tied_with_best.length} configs' confirmed ranges overlap: not told apart on this machine; this one has the lowest peak memory`);
     add("peak memory", `${bytes(b.peak_memory_bytes)} measured (${b.peak_memory_kind || "?"}), ${bytes(b.estimated_peak_bytes)} predicted`);
-    add(`eval ${data.quality_metric} (quality)`, num(b.quality));
+    add(`eval ${data.quality_metric} (quality)`, `${num(b.quality)}${b.quality_change ? ` (${b.quality_change} than the reference's)` : ""}`);
     for (const [k, v] of Object.entries(b.metrics || {})) if (k !== data.quality_metric) add(`eval ${k}`, num(v));
-    for (const [k, v] of Object.entries(b.params)) add(k, paramText(v));
+    for (const k of Object.keys(b.params)) add(k, shown(b, k));
     const train = el("button", { type: "button", class: "primary", id: "train-best", onclick: trainBest }, "Train this");
-    const dl = el("button", { type: "button", id: "download-best", onclick: () => download(`/api/sweeps/${encodeURIComponent(sweepId)}/best-config.yaml`, `${sweepId}-best.yaml`, "application/yaml").catch((e) => banner(e.message)) }, "Download config (YAML)");
+    const dl = el("button", { type: "button", id: "download-best", onclick: () => download(`/api/sweeps/${encodeURIComponent(sweepId)}/best-config.yaml`, `${sweepId}-best.yaml`, "application/yaml").catch((e) => banner(e.message)) }, finished ? "Download config (YAML)" : "Download the best so far (YAML)");
     const links = b.mlflow_url ? el("p", { class: "small" }, el("a", { href: b.mlflow_url, target: "_blank", rel: "noopener", text: "This trial in MLflow" }))
       : el("p", { class: "small muted", text: `MLflow run ${b.mlflow_run_id || "–"} (a SQLite store has no web page; browse it with \`mlflow ui --backend-store-uri ${data.tracking_uri || "URI"}\`).` });
-    box.replaceChildren(...[kv, el("div", { class: "actions" }, train, dl), links].filter(Boolean),
+    box.replaceChildren(...[kv, step, el("div", { class: "actions" }, train, dl), links].filter(Boolean),
       el("p", { class: "small muted", text: "Train this launches a training run of this config on the cluster and opens it on the Jobs page." }));
   }
 
@@ -118,11 +146,12 @@
   }
 
   // A figure with its spread on a second, smaller line: the columns stay narrow.
-  const withSub = (main, sub, title) => [main, el("span", { class: "sub small muted", text: sub, title })];
+  const sub = (text, title) => el("span", { class: "sub small muted", text, title });
+  const withSub = (main, text, title) => [main, sub(text, title)];
   // One cell holds every searched parameter, one per line: a column each ran off the page's right edge.
   const paramsCell = (t) => {
     const pairs = data.parameters.filter((k) => t.params[k] !== undefined)
-      .flatMap((k) => [el("span", { class: "k muted", text: k }), el("span", { class: "v", text: paramText(t.params[k]) })]);
+      .flatMap((k) => [el("span", { class: "k muted", text: k }), el("span", { class: "v", text: shown(t, k) })]);
     return [pairs.length ? el("div", { class: "kvs" }, pairs) : el("span", { class: "muted", text: t.number < 0 ? "the spec's base config" : "–" })];
   };
   // Sorting by the parameters orders by the first, then the next...: numbers as numbers, missing last.
@@ -139,17 +168,22 @@
   };
 
   const COLUMNS = [
-    { key: "number", label: "#", num: true, cell: (t) => (t.number < 0 ? "reference" : String(t.number)) },
+    // The rank (what the sweep crowns is #1), and under it which trial: the trial number, or the reference.
+    { key: "rank", label: "Rank", num: true, cmp: (a, b) => (a.rank ?? Infinity) - (b.rank ?? Infinity) || a.number - b.number,
+      cell: (t) => withSub(t.rank === null ? "–" : String(t.rank), `${t.number < 0 ? "reference" : `trial ${t.number}`}${t.tie ? " · tie" : ""}`,
+        t.tie ? "its confirmed range overlaps the best's: not told apart on this machine; lower peak memory ranks first" : undefined) },
     { key: "status", label: "Status", cell: (t) => [pill(t.status), t.best ? pill("best", "best") : null, t.pareto ? el("span", { class: "small muted", text: " Pareto" }) : null] },
-    { key: "samples_per_s", label: "Samples/s", num: true, cell: (t) => (t.samples_per_s_quartiles && t.windows >= 3
-      ? withSub(rate(t.samples_per_s), `${rate(t.samples_per_s_quartiles[0])}–${rate(t.samples_per_s_quartiles[2])}`, "middle half of the trial's timed windows")
-      : rate(t.samples_per_s)) },
+    // The search's single run: its samples/s, how it spread (or that it is a running mean), its ratio to the reference's.
+    { key: "samples_per_s", label: "Measured samples/s", num: true, cell: (t) => [rate(t.samples_per_s),
+      t.running_mean && t.samples_per_s ? sub("running mean", "stopped early: the mean of the steps it ran, not a steady rate")
+        : t.samples_per_s_quartiles && t.windows >= 3 ? sub(`${rate(t.samples_per_s_quartiles[0])}–${rate(t.samples_per_s_quartiles[2])}`, "middle half of the trial's timed windows") : null,
+      t.measured_speedup !== null ? sub(`${times(t.measured_speedup)} ref`, "the search's single run ÷ the reference's") : null] },
     { key: "units_per_s", label: "Units/s", num: true, cell: (t) => rate(t.units_per_s) },
-    { key: "confirmed_speedup", label: "Confirmed ×ref", num: true, get: (t) => (t.confirmed_speedup ? t.confirmed_speedup[1] : null),
-      cell: (t) => (t.confirmed_speedup ? withSub(`${t.confirmed_speedup[1].toFixed(2)}×`, `${t.confirmed_speedup[0].toFixed(2)}–${t.confirmed_speedup[2].toFixed(2)}`, "lowest and highest of the confirmation rounds") : "") },
+    { key: "confirmed_speedup", label: "Confirmed ×ref", num: true, get: (t) => (t.confirmed_speedup && !t.same_as_reference ? t.confirmed_speedup[1] : null),
+      cell: (t) => (t.same_as_reference ? withSub("= ref", confirmedNote(t)) : t.confirmed_speedup ? withSub(times(t.confirmed_speedup[1]), confirmedNote(t), "lowest and highest of the confirmation rounds") : "") },
     { key: "peak_memory_bytes", label: "Peak memory, measured", num: true, cell: (t) => bytes(t.peak_memory_bytes) },
     { key: "estimated_peak_bytes", label: "Peak memory, predicted", num: true, cell: (t) => bytes(t.estimated_peak_bytes) },
-    { key: "quality", label: "Eval quality", num: true, cell: (t) => num(t.quality) },
+    { key: "quality", label: "Eval quality", num: true, cell: (t) => (t.quality_change ? withSub(num(t.quality), `${t.quality_better === false ? "▼" : t.quality_better ? "▲" : ""} ${t.quality_change}`.trim(), "against the reference's, in the metric's direction") : num(t.quality)) },
     { key: "oom_retries", label: "OOM retries", num: true },
   ];
 
@@ -158,7 +192,7 @@
     // workload reports (a click model's AUC, a classifier's F1); a units column (an LM's real
     // tokens/s) only for workloads that count them.
     const named = COLUMNS.filter((c) => c.key !== "units_per_s" || data.units)
-      .filter((c) => c.key !== "confirmed_speedup" || data.trials.some((t) => t.confirmed_speedup))
+      .filter((c) => c.key !== "confirmed_speedup" || data.trials.some((t) => t.confirmed_speedup || t.same_as_reference))
       .map((c) => (c.key === "quality" ? { ...c, label: `Eval ${data.quality_metric}` }
         : c.key === "units_per_s" ? { ...c, label: `${data.units[0].toUpperCase()}${data.units.slice(1)}/s` } : c));
     const others = [...new Set(data.trials.flatMap((t) => Object.keys(t.metrics || {})))]
@@ -215,6 +249,7 @@
         laidOut = true;
       }
       header(); plot(); best(); parcoords(); table();
+      document.getElementById("rank-legend").textContent = `${data.legend}. Click a column title to sort.`;
     }
     return data.status === "running";
   }

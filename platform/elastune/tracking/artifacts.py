@@ -49,14 +49,23 @@ def as_text(value: Any) -> str:
 
 
 def best_config_yaml(record: SweepRecord) -> str | None:
-    """The best trial's resolved config as RunConfig YAML, with a comment saying where it came from."""
+    """The best trial's resolved config as RunConfig YAML, every value as it ran (floats whole),
+    with a comment saying where it came from and by which figure it ranks; of a sweep that has not
+    finished (the UI offers it), that it is the best so far."""
     best = record.best()
     if best is None:
         return None
+    confirmed = ""
+    if best.confirmed_speedup and best.trial_id != "reference":
+        confirmed = f", confirmed {best.confirmed_speedup[1]:.2f}x the reference (median of the rounds)"
+    so_far = ""
+    if record.status != "finished":
+        so_far = f"# The sweep is {record.status}: this is its best so far, not its result.\n"
     header = (
         f"# Best configuration of sweep {record.sweep_id}: trial {best.trial_id} (#{best.number}),\n"
-        f"# {best.samples_per_s:.1f} samples/s, measured peak "
+        f"# {best.samples_per_s:.1f} samples/s measured in the search{confirmed}, measured peak "
         f"{human_bytes(best.peak_memory_bytes) if best.peak_memory_bytes is not None else 'unknown'}.\n"
+        f"{so_far}"
         "# Run it with: elastune train best_config.yaml\n"
     )
     return header + yaml.safe_dump(best.config, sort_keys=False)

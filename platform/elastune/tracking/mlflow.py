@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import tempfile
 import threading
 import time
@@ -63,6 +64,7 @@ from mlflow.exceptions import MlflowException
 
 from elastune.dotted import flatten
 from elastune.errors import ElastuneError, InputError, Problem
+from elastune.text import printable
 from elastune.tracking.artifacts import as_text, best_config_yaml, pareto_png, trials_csv
 from elastune.tracking.encoding import TAG_MAX, mlflow_key, param_value, read_record, record_tags
 from elastune.tracking.journal import Entry, Journal, active_journal, journaled_view, journaling_to
@@ -94,6 +96,7 @@ __all__ = [
     "newest_sweep_id",
     "resolve_tracking_uri",
     "sweep_summaries",
+    "trial_run_name",
     "write_journal",
 ]
 
@@ -107,6 +110,11 @@ for _name in ("alembic", "mlflow.store.db.utils", "mlflow.store.tracking.sqlalch
 _SWEEP_ID, _TRIAL_ID, _KIND, _STATUS = "elastune.sweep_id", "elastune.trial_id", "elastune.kind", "elastune.status"
 _JOB_ID, _NODE, _ERROR, _NUMBER = "elastune.job_id", "elastune.node", "elastune.error", "elastune.number"
 _SWEEP_STATUS = "elastune.sweep_status"  # a parent run's; a trial run's is elastune.status
+_PRUNED, _NOTE = "elastune.pruned", "mlflow.note.content"  # the note is the run's description in `mlflow ui`
+_PRUNED_NOTE = (
+    "Stopped early by ASHA (pruned): its throughput was behind the others' at a rung. Not a failure; "
+    "its samples/s is the running mean of the steps it ran."
+)
 _BEAT, _BEAT_EVERY = "elastune.heartbeat", "elastune.heartbeat_s"
 STALE_AFTER_BEATS = 4  # missed beats before a running sweep reads back as stale
 _PARENT = "mlflow.parentRunId"  # the tag `mlflow ui` nests child runs under
@@ -119,11 +127,13 @@ _SWEEP_RUN_STATUS = {
     "interrupted": "KILLED",
     "stale": "RUNNING",  # never written: what a running sweep without a recent beat reads back as
 }
-# An infeasible trial was screened out on purpose, not a failure; a pruned one was stopped by ASHA.
+# An infeasible trial was screened out on purpose, not a failure; a pruned one was stopped by ASHA
+# because its throughput was behind, which is the search working, not a failure (MLflow shows KILLED
+# like a crash): FINISHED, with the tag elastune.pruned=true and a note that says so.
 _TRIAL_RUN_STATUS = {
     "ok": "FINISHED",
     "infeasible": "FINISHED",
-    "pruned": "KILLED",
+    "pruned": "FINISHED",
     "oom": "FAILED",
     "failed": "FAILED",
     "running": "RUNNING",
@@ -359,7 +369,7 @@ class SweepTracker:
             run = self._client.create_run(
                 self._experiment_id,
                 tags={_PARENT: parent, _SWEEP_ID: record.sweep_id, _TRIAL_ID: trial.trial_id, _KIND: "trial"},
-                run_name=f"trial-{trial.number:03d}-{trial.trial_id}",
+                run_name=trial_run_name(trial),
             )
             run_id = children[trial.trial_id] = run.info.run_id
             self._runs[run_id] = _RunState(run_id)
@@ -386,6 +396,8 @@ class SweepTracker:
             _JOB_ID: record.job_id,
             _NODE: trial.node,
             _ERROR: trial.error[-TAG_MAX:] if trial.error else None,  # the end of a traceback says most
+            _PRUNED: "true" if trial.status == "pruned" else None,
+            _NOTE: _PRUNED_NOTE if trial.status == "pruned" else None,
             **record_tags(trial.to_dict()),
         }
         self._write(state, params=params, metrics=metrics, tags=tags)
@@ -507,6 +519,15 @@ class SweepTracker:
             self._client.log_batch(state.run_id, metrics=metrics_now, params=params_now, tags=tags_now)
             state.params |= {p.key for p in params_now}
             state.tags |= {t.key for t in tags_now}
+
+
+def trial_run_name(trial: TrialRecord) -> str:
+    """A trial's run name in `mlflow ui`: `reference`, or `trial-007-<Tune's id>` in proposal order.
+    Only for people: runs are found by their elastune.trial_id tag, so a sweep recorded under the
+    names of an older release (`trial--01-reference`) reads back and resumes the same."""
+    if trial.trial_id == "reference":
+        return "reference"
+    return f"trial-{trial.number:03d}-{trial.trial_id}"
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -689,13 +710,24 @@ def artifact_path(
         raise _unknown_sweep(sweep_id, uri, experiment)
     client, run_id = store[0], parent.info.run_id
     if name not in {f.path for f in client.list_artifacts(run_id)}:
-        why = "no trial was feasible" if name == "best_config.yaml" and parent.info.status != "RUNNING" else ""
+        status = _sweep_from_run(parent).status
+        if status in {"running", "interrupted", "stale"}:  # its artifacts come when it finishes
+            raise InputError(_not_yet(sweep_id, status, name))
+        why = "no trial was feasible" if name == "best_config.yaml" else ""
         raise InputError(
             f"sweep {sweep_id!r} has no {name}{f' ({why})' if why else ''}; artifacts are written when a sweep "
             "finishes, see `elastune results` for its state"
         )
     folder = tempfile.mkdtemp(prefix="elastune-artifacts-")
     return Path(client.download_artifacts(run_id, name, folder))
+
+
+def _not_yet(sweep_id: str, status: str, name: str) -> str:
+    """Why a sweep that has not finished has no `name` yet, and what to do: resume it, or wait."""
+    if status == "running":
+        return f"sweep {sweep_id!r} is still running: {name} is written when it finishes"
+    command = f"elastune sweep --resume {shlex.quote(printable(sweep_id))}"
+    return f"sweep {sweep_id!r} is {status}: {name} is written when it finishes; resume it with: {command}"
 
 
 def _open_store(tracking_uri: str | None, experiment: str) -> tuple[MlflowClient, str] | None:

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from elastune.dotted import flatten
-from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front, trial_label
+from elastune.tracking.records import SweepRecord, TrialRecord, pareto_front, shown_value, trial_label
 from elastune.units import human_bytes
 
 if TYPE_CHECKING:
@@ -460,4 +460,5 @@ def _number(value: float) -> str:
 
 
 def _text(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    """A value in a label: booleans as YAML writes them, floats to three significant digits."""
+    return str(value).lower() if isinstance(value, bool) else shown_value(value)

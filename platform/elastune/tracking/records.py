@@ -21,6 +21,7 @@ its machine died), so it is resumable like an interrupted one.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from elastune.errors import InputError
+from elastune.tracking.ranking import Ranking, rank
 
 __all__ = [
     "FINAL_TRIAL_STATUSES",
@@ -39,6 +41,8 @@ __all__ = [
     "TrialStatus",
     "pareto_front",
     "quartiles",
+    "shown_params",
+    "shown_value",
     "trial_label",
 ]
 
@@ -78,6 +82,9 @@ class TrialRecord:
     # the confirmation stage (tuning/confirm.py): [lowest, median, highest] of its per-round
     # samples/s ratios to the reference measured just before it; None: not confirmed
     confirmed_speedup: list[float] | None = None
+    # how many rounds those ratios come from (one round: a single ratio, no range); None: not
+    # confirmed, the reference (1 by definition), or a record from before rounds were counted
+    confirmed_rounds: int | None = None
     peak_memory_bytes: int | None = None  # measured
     peak_memory_kind: str | None = None  # cuda_reserved | cpu_rss_hwm | virtual
     quality: float | None = None  # the sweep's quality metric (SweepRecord.quality_metric)
@@ -128,13 +135,17 @@ class SweepRecord:
     trials: list[TrialRecord] = field(default_factory=list)
 
     def best(self) -> TrialRecord | None:
-        """The fastest trial that finished within the ceiling and the quality tolerance: by the
-        confirmation stage's median ratio to the reference where it ran, else by samples/s."""
-        candidates = [t for t in self.trials if t.feasible]
-        confirmed = [t for t in candidates if t.confirmed_speedup]
-        if confirmed:  # re-measured against the reference: their ranking supersedes the search's
-            return max(confirmed, key=lambda t: t.confirmed_speedup[1] if t.confirmed_speedup else 0.0)
-        return max(candidates, key=lambda t: t.samples_per_s or 0.0, default=None)
+        """The first of `ranking()`: the fastest trial that finished within the ceiling and the
+        quality tolerance, by the confirmation stage's median ratio to the reference where it ran
+        (of configs it could not tell apart, the one with the lower peak memory), else by samples/s."""
+        return self.ranking().best
+
+    def ranking(self) -> Ranking:
+        """The feasible trials best first, and why (tracking/ranking.py)."""
+        return rank(self.trials)
+
+    def reference(self) -> TrialRecord | None:
+        return next((t for t in self.trials if t.trial_id == "reference"), None)
 
     def counts(self) -> dict[str, int]:
         """Trials by status, every status present (zeros included), for progress lines and the UI."""
@@ -235,3 +246,23 @@ def trial_label(trial: TrialRecord) -> str:
     """How the console, the results table and pareto.png name a trial: its proposal number, as its
     line said ("trial 3 ok: ..."), or `ref` for the reference."""
     return "ref" if trial.trial_id == "reference" else str(trial.number) if trial.number >= 0 else trial.trial_id
+
+
+SIGNIFICANT = 3  # digits of a searched float wherever it is shown (the config files keep every digit)
+
+
+def shown_value(value: Any) -> str:
+    """A searched value as a person reads it: a float to three significant digits (0.18249340522238752
+    -> 0.182, 1234.5 -> 1230, 3.1e-05 -> 3.1e-05), inside lists too; everything else as `str` (ints
+    whole: a micro-batch of 1024 stays 1024). Only for showing: best_config.yaml, trials.csv and
+    MLflow's params keep the value itself."""
+    if isinstance(value, float) and math.isfinite(value):
+        return format(float(f"{value:.{SIGNIFICANT}g}"), "g")
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(shown_value(item) for item in value) + "]"
+    return str(value)
+
+
+def shown_params(params: Mapping[str, Any]) -> dict[str, str]:
+    """Each searched value as `shown_value` writes it, under its own key."""
+    return {key: shown_value(value) for key, value in params.items()}

@@ -8,6 +8,12 @@ figure is its ratio to that round's reference. What the machine did to a whole r
 the ratio; the median over rounds ranks the configs, and the lowest and highest ratios say how far
 apart two of them must be to be told apart. The sweep's best is then the confirmed one
 (SweepRecord.best), and the reference itself counts as a candidate at a ratio of exactly 1.
+
+What the stage says follows from that (tracking/ranking.py ranks): a proposal of the reference's
+own config is not measured against itself (its ratio is 1 by definition, and no gain); a config
+confirmed in one round has a single ratio and no range, and says so; and where the ranges of the
+fastest configs overlap, the machine could not tell them apart: the stage says so and the tie goes
+to the lower peak memory.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from elastune.tracking.ranking import has_interval, same_as_reference
 from elastune.tracking.records import SweepRecord, TrialRecord
-from elastune.tuning.results import trial_label
+from elastune.tuning.results import short_bytes, trial_label
 from elastune.tuning.spec import Confirm
 
-__all__ = ["confirm_best", "confirmation_candidates"]
+__all__ = ["confirm_best", "confirmation_candidates", "outcome_lines"]
 
 # Measures one config (its searched params) in a fresh one-trial run and returns its samples/s, or
 # None when it did not finish within the ceiling.
@@ -28,8 +35,12 @@ Measure = Callable[[Mapping[str, Any], str], float | None]
 
 
 def confirmation_candidates(record: SweepRecord, settings: Confirm) -> list[TrialRecord]:
-    """The `settings.top` fastest feasible trials of the search (the reference aside)."""
-    searched = [t for t in record.trials if t.feasible and t.trial_id != "reference"]
+    """The `settings.top` fastest feasible trials of the search (the reference, and proposals of
+    its own config, aside)."""
+    reference = record.reference()
+    searched = [
+        t for t in record.trials if t.feasible and t.trial_id != "reference" and not same_as_reference(t, reference)
+    ]
     return sorted(searched, key=lambda t: -(t.samples_per_s or 0.0))[: settings.top]
 
 
@@ -52,6 +63,8 @@ def confirm_best(
         if candidates:
             echo("confirmation: skipped, the reference run did not finish within the ceiling and tolerance")
         return []
+    for twin in (t for t in record.trials if t.feasible and same_as_reference(t, reference)):
+        echo(f"confirmation: {_name(twin)} is the reference's own config; not measured against itself (1.00x)")
     rounds = f"{settings.rounds} round" + ("s" if settings.rounds != 1 else "")
     configs = "the fastest config" if len(candidates) == 1 else f"the {len(candidates)} fastest configs"
     echo(f"confirmation: {rounds} of the reference then {configs}, one run at a time")
@@ -77,16 +90,49 @@ def confirm_best(
         got = ratios[trial.trial_id]
         if got:
             trial.confirmed_speedup = [min(got), statistics.median(got), max(got)]
+            trial.confirmed_rounds = len(got)
             changed.append(trial)
         else:
             echo(f"  {_name(trial)}: unconfirmed, none of its runs finished")
     if changed:
         reference.confirmed_speedup = [1.0, 1.0, 1.0]
         changed.append(reference)
-        best = max(changed, key=lambda t: t.confirmed_speedup[1] if t.confirmed_speedup else 0.0)
-        low, median, high = best.confirmed_speedup or [1.0, 1.0, 1.0]
-        echo(f"confirmed best: {_name(best)}, {median:.2f}x the reference (rounds {low:.2f}x-{high:.2f}x)")
+        for line in outcome_lines(record):
+            echo(line)
     return changed
+
+
+def outcome_lines(record: SweepRecord) -> list[str]:
+    """What the confirmation crowned, as the ranking has it (tracking/ranking.py): the best and its
+    ratio with its range, or that it has none (one round), or that no config beat the reference;
+    then, where the best's range overlaps others', that the machine could not tell them apart."""
+    ranking = record.ranking()
+    best = ranking.best
+    if best is None or not best.confirmed_speedup:
+        return []
+    low, median, high = best.confirmed_speedup
+    if best.trial_id == "reference":
+        beaten = "told apart from it" if ranking.tied else "faster"
+        said = f"confirmed best: the reference itself; no config was {beaten} in the rounds"
+    elif has_interval(best):
+        said = f"confirmed best: {_name(best)}, {median:.2f}x the reference (rounds {low:.2f}x-{high:.2f}x)"
+    else:
+        said = f"confirmed best: {_name(best)}, {median:.2f}x the reference (one round: a single ratio, no range)"
+    lines = [said]
+    if ranking.tied:
+        ranges = ", ".join(f"{_name(t)} {_span(t)}" for t in ranking.tied)
+        peak = short_bytes(best.peak_memory_bytes) if best.peak_memory_bytes else "unknown"
+        lines.append(
+            f"not distinguishable on this machine: {ranges} overlap; the tie goes to the lower peak memory, "
+            f"{_name(best)} ({peak})"
+        )
+    return lines
+
+
+def _span(trial: TrialRecord) -> str:
+    """A confirmed ratio's range, or its single value (the reference's 1, one round's ratio)."""
+    low, median, high = trial.confirmed_speedup or [1.0, 1.0, 1.0]
+    return f"{low:.2f}x-{high:.2f}x" if has_interval(trial) else f"{median:.2f}x"
 
 
 def _name(trial: TrialRecord) -> str:

@@ -63,6 +63,7 @@ __all__ = [
     "eta_s",
     "eta_text",
     "register",
+    "step_line",
     "unregister",
     "wrap",
 ]
@@ -86,6 +87,14 @@ def wrap(text: str, width: int, indent: int = INDENT) -> list[str]:
             break_on_hyphens=False,  # "2.04x-2.29x", "--from-sweep" stay whole
         ) or [""]
     return [line.replace(KEEP, " ") for line in lines]
+
+
+def step_line(step: int, steps: int, loss: float, samples_per_s: float | None) -> str:
+    """A training step's progress line. Its rate is the running mean over the timed steps so far
+    (warm-up left out), which early on sits well below the steady rate a run's result reports
+    (its steady windows alone), so it says "running mean"."""
+    rate = f"{samples_per_s:,.0f} samples/s running mean" if samples_per_s else "warming up"
+    return f"  step {step:>5}/{steps}  loss {loss:.4f}  {rate}"
 
 
 def eta_s(durations: Sequence[float], running: Sequence[float], waiting: int, concurrency: int) -> float | None:

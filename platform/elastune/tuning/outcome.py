@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from elastune.tracking.records import SweepRecord, TrialRecord
+from elastune.tracking.records import SweepRecord, TrialRecord, shown_params
 from elastune.tuning.results import short_bytes
 from elastune.tuning.spec import SweepSpec
 from elastune.units import human_bytes
@@ -63,10 +63,18 @@ def _over_the_ceiling(proposals: list[TrialRecord], spec: SweepSpec) -> str:
     said = f"nothing feasible: all {len(proposals)} proposals were over the memory ceiling"
     said += f" ({short_bytes(ceiling)})" if ceiling else ""
     if tried is not None:
-        said += f"; the cheapest tried: {tried.params}, {human_bytes(tried.estimated_peak_bytes or 0)} predicted"
+        said += (
+            f"; the cheapest tried: {_shown(tried.params)}, {human_bytes(tried.estimated_peak_bytes or 0)} predicted"
+        )
     bound, params = cheapest_estimate(spec)
     fits = math.ceil(bound / _MiB)
     return (
-        f"{said}; the cheapest config of the space: {params or 'the base config'}, {human_bytes(bound)} with the "
+        f"{said}; the cheapest config of the space: {_shown(params)}, {human_bytes(bound)} with the "
         f"estimator's screening margin. A ceiling of {fits}MiB or more fits it: --memory-ceiling {fits}MiB"
     )
+
+
+def _shown(params: dict[str, object]) -> str:
+    """`embedding.strategy=hashed, cache_ratio=0.182`: dotted keys as --set takes them, floats to
+    three significant digits; the base config where nothing is searched."""
+    return ", ".join(f"{key}={value}" for key, value in shown_params(params).items()) or "the base config"

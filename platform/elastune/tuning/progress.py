@@ -17,11 +17,12 @@ from typing import Any
 
 from ray.tune import Callback
 
-from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord
+from elastune.tracking.ranking import same_as_reference
+from elastune.tracking.records import FINAL_TRIAL_STATUSES, SweepRecord, TrialRecord, shown_value
 from elastune.tuning.display import KEEP, display_for
 from elastune.tuning.keys import ESTIMATE_KEY, META_PREFIX, NUMBER_KEY
 from elastune.tuning.report import TrialReport
-from elastune.tuning.results import short_bytes, short_name, trial_label
+from elastune.tuning.results import RUNNING_MEAN, short_bytes, short_name, trial_label
 
 __all__ = ["STOPPING", "SweepCallback", "searched", "status_text", "trial_line"]
 
@@ -111,7 +112,7 @@ class SweepCallback(Callback):
         self._tracker.update_sweep(record)
         if announce:
             display = display_for(self.sweep_id)
-            display.line(trial_line(trial))
+            display.line(trial_line(trial, record.reference()))
             # ended just before the new count: a redraw between them would count the trial twice
             display.ended(trial.trial_id)
             display.status(searched(record), status_text(record), force=True)
@@ -147,11 +148,14 @@ def status_text(record: SweepRecord) -> str:
     return " · ".join(parts)
 
 
-def trial_line(trial: TrialRecord) -> str:
+def trial_line(trial: TrialRecord, reference: TrialRecord | None = None) -> str:
     """A trial's outcome, then its parameters by the names the results table gives them
-    (`sparse opt=rowwise_adagrad`) and its sizes as the table writes them (`51.1 MiB`). Each
-    `name=value` holds `KEEP`s for spaces, so a display that wraps the line keeps it whole."""
-    params = ", ".join(f"{short_name(k)}={v}".replace(" ", KEEP) for k, v in trial.params.items())
+    (`sparse opt=rowwise_adagrad`, floats to three significant digits) and its sizes as the table
+    writes them (`51.1 MiB`). Each `name=value` holds `KEEP`s for spaces, so a display that wraps
+    the line keeps it whole. A trial stopped early reported the running mean of its steps so far,
+    and says so; a proposal of the `reference`'s own config says that, since its figures are the
+    reference's (trial.py does not train it again)."""
+    params = ", ".join(f"{short_name(k)}={shown_value(v)}".replace(" ", KEEP) for k, v in trial.params.items())
     name = f"trial {trial_label(trial)}" if trial.number >= 0 else trial.trial_id
     if trial.status == "infeasible" and trial.samples_per_s is None:
         predicted = short_bytes(trial.estimated_peak_bytes or 0)
@@ -159,7 +163,10 @@ def trial_line(trial: TrialRecord) -> str:
     if trial.status in {"ok", "infeasible", "pruned"} and trial.samples_per_s is not None:
         peak = short_bytes(trial.peak_memory_bytes) if trial.peak_memory_bytes else "n/a"
         quality = "" if trial.quality_ok is None else (", quality ok" if trial.quality_ok else ", quality too low")
-        return f"{name} {trial.status}: {trial.samples_per_s:,.0f} samples/s, peak {peak}{quality} · {params}"
+        rate = f"{trial.samples_per_s:,.0f} samples/s" + (f" ({RUNNING_MEAN})" if trial.status == "pruned" else "")
+        if same_as_reference(trial, reference):
+            return f"{name} {trial.status}: the reference's own config, its figures: {rate}, peak {peak} · {params}"
+        return f"{name} {trial.status}: {rate}, peak {peak}{quality} · {params}"
     return f"{name} {trial.status}: {trial.error or ''} · {params}"
 
 

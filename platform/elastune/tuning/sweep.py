@@ -62,6 +62,7 @@ __all__ = [
     "check_cluster",
     "connect_ray",
     "new_sweep_id",
+    "reference_report",
     "run_sweep",
     "sweeps_home",
     "trial_concurrency",
@@ -254,6 +255,7 @@ def _search(spec: SweepSpec, record: SweepRecord, uri: str, home: Path, concurre
         reference_quality=record.reference_quality,
         edo=spec.uses_edo,
         finished=_finished_reports(record),
+        reference=reference_report(record),
     )
     trainable = _trainable(context)
     experiment = home / record.sweep_id  # the validated id's folder (tuning/state.py), checked on a resume
@@ -423,6 +425,21 @@ def _finished_reports(record: SweepRecord) -> dict[str, TrialReport]:
         for t in record.trials
         if t.status in FINAL_TRIAL_STATUSES and t.trial_id != "reference" and not t.trial_id.startswith("screened-")
     }
+
+
+def reference_report(record: SweepRecord) -> TrialReport | None:
+    """The reference run's last report, for a proposal of the reference's own config to repeat
+    (TrialContext.reference), its quality held to the reference's (its own: within any
+    tolerance); None where the reference measured nothing (that proposal then trains)."""
+    reference = record.reference()
+    if reference is None or reference.status not in {"ok", "infeasible"} or reference.samples_per_s is None:
+        return None
+    metric = QualityMetric(record.quality_metric, record.quality_direction)
+    report = TrialReport.replay(
+        reference, record.memory_ceiling_bytes, record.quality_tolerance, record.reference_quality, metric
+    )
+    held = record.quality_tolerance is not None and record.reference_quality is not None
+    return report.model_copy(update={"quality_ok": True if held else None})
 
 
 def resume_command(sweep_id: str, tracking_uri: str | None) -> str:

@@ -44,6 +44,10 @@ class TrialContext:
     # state can be older than the driver's last word (it is saved every few seconds), so it may
     # start such a trial again; the trial then only repeats that report (nothing is trained).
     finished: dict[str, TrialReport] | None = None
+    # The search's: the reference run's last report. A proposal of the reference's own config
+    # repeats it instead of training: its figures are the reference's by definition, and a second
+    # measurement of the same config would be read as a gain or a loss that is only noise.
+    reference: TrialReport | None = None
 
 
 def run_trial(config: dict[str, Any], context: TrialContext) -> None:
@@ -63,6 +67,9 @@ def run_trial(config: dict[str, Any], context: TrialContext) -> None:
         return
     spec = SweepSpec.model_validate(context.spec)
     cfg = spec.trial_config({k: v for k, v in config.items() if not k.startswith(META_PREFIX)})
+    if context.reference is not None and cfg.to_dict() == spec.reference_config().to_dict():
+        tune.report(context.reference.to_metrics())  # Optuna and ASHA hear the reference's figures
+        return
     limits = _limits(cfg, spec, context)
     # The searcher priced the proposal for this trial's device already; the reference was not priced.
     limits["estimate"] = config.get(ESTIMATE_KEY) or _estimate(cfg)

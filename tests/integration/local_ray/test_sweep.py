@@ -185,7 +185,9 @@ def test_the_confirmation_stage_re_measures_the_fastest_and_names_the_best(
 ) -> None:
     """confirm {top: 2, rounds: 2}: after the search the two fastest feasible configs are trained
     again against the reference, interleaved; their ratios are in the record, in MLflow and in the
-    results table, and the sweep's best is the confirmed one."""
+    results table, and the sweep's best is the confirmed one. The grid proposes the reference's own
+    config too (micro 128 of an effective 128): it is not trained again (its figures are the
+    reference's) nor confirmed against itself."""
     from mlflow.tracking import MlflowClient
 
     from tests.unit.test_tracking_mlflow import child_runs
@@ -204,7 +206,17 @@ def test_the_confirmation_stage_re_measures_the_fastest_and_names_the_best(
         assert 0 < low <= median <= high
     best = record.best()
     assert best is not None and best.trial_id in confirmed
-    assert best.confirmed_speedup == max(confirmed.values(), key=lambda c: c[1])
+    ranking = record.ranking()
+    if ranking.tied:  # the rounds' ranges overlap: not told apart, the leaner config wins, and it is said
+        assert best.peak_memory_bytes == min(t.peak_memory_bytes or 0 for t in ranking.tied)
+        assert any(line.startswith("not distinguishable on this machine: ") for line in lines), lines
+    else:
+        assert best.confirmed_speedup == max(confirmed.values(), key=lambda c: c[1])
+    reference = next(t for t in record.trials if t.trial_id == "reference")
+    (twin,) = [t for t in record.trials if t.trial_id != "reference" and t.params == {"batch.micro": 128}]
+    assert twin.status == "ok" and twin.samples_per_s == reference.samples_per_s and twin.confirmed_speedup is None
+    said = f"confirmation: trial {twin.number} is the reference's own config; not measured against itself (1.00x)"
+    assert said in lines and best.trial_id != twin.trial_id
     assert [line.split(":")[0].strip() for line in lines if line.strip().startswith("round ")] == ["round 1", "round 2"]
     # MLflow: the ratios on the child runs and the best's on the parent
     runs = {r.data.tags["elastune.trial_id"]: r for r in child_runs(uri, record.mlflow_run_id or "")}

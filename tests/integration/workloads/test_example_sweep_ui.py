@@ -68,12 +68,18 @@ def test_the_sweep_page_shows_the_workloads_own_metrics(
         headers = page.eval_on_selector_all("#trial-table thead th", "ths => ths.map((t) => t.textContent)")
         assert {"Eval rmse", "Eval mae", "Eval mse"} <= set(headers), headers
         assert not [h for h in headers if "log" in h.lower() or h == "Eval quality"], headers
+        reference = record.reference_quality
+        assert reference is not None
         for trial in record.trials:  # each trial's figures, in the column of its metric's name
             cells = page.eval_on_selector_all(
                 f'#trial-table tr[data-trial="{trial.trial_id}"] td', "tds => tds.map((t) => t.textContent)"
             )
             shown = dict(zip(headers, cells, strict=True))
-            assert shown["Eval rmse"] == f"{trial.metrics['rmse']:.4f}", (trial.trial_id, shown)
+            rmse = f"{trial.metrics['rmse']:.4f}"
+            change = (trial.metrics["rmse"] - reference) / reference  # against the reference's: lower is better
+            said = f"{'▲' if change < 0 else '▼'} {abs(change):.1%} {'better' if change < 0 else 'worse'}"
+            said = "" if trial.trial_id == "reference" else "same" if round(abs(change), 3) == 0 else said
+            assert shown["Eval rmse"] == rmse + said, (trial.trial_id, shown)
             assert shown["Eval mae"] == f"{trial.metrics['mae']:.4f}", (trial.trial_id, shown)
         assert "log" not in page.inner_text("#trial-table").lower()
     finally:
