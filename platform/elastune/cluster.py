@@ -2,29 +2,47 @@
 
 `elastune sweep --address` refuses such an address before anything starts (tuning/sweep.py) and
 `elastune doctor` reports it as a failed check (doctor/): both ask `address_problem`, so the two
-say the same thing. Ray imports are lazy.
+say the same thing. Ray's `auto` is refused, as every elastune command refuses it: Ray would pick
+any cluster on this machine, another user's included. Ray imports are lazy.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 
-from elastune.compat import gcs_probe, ray_dial_host
+from elastune.compat import gcs_probe, ray_auto_candidates, ray_dial_host
 
-__all__ = ["ClusterProblem", "address_problem", "auth_problem", "host_port"]
+__all__ = [
+    "AUTO_FIX",
+    "ClusterProblem",
+    "address_problem",
+    "auth_problem",
+    "auto_problem",
+    "connection_error_text",
+    "host_port",
+]
 
 CONNECT_TIMEOUT_S = 3.0
+# What to do instead of Ray's `auto` (`auto_problem`).
+AUTO_FIX = (
+    "pass --address HOST:PORT naming your own cluster's GCS address (`ray status` on its head prints it), "
+    "or set RAY_ADDRESS=HOST:PORT"
+)
+MAX_ERROR_CHARS = 2000  # a runaway answer is bounded; Ray's own messages, fix included, are far shorter
 
 
 @dataclass(frozen=True)
 class ClusterProblem:
-    """Why a driver cannot use the cluster at `address` (`what`), and what to do about it (`fix`)."""
+    """Why a driver cannot use the cluster at `address` (`what`), and what to do about it (`fix`);
+    `refuses_token`: the cluster refused this client's Ray token (or its lack of one)."""
 
     address: str
     what: str
     fix: str
+    refuses_token: bool = False
 
     def __str__(self) -> str:
         return f"--address={self.address!r}: {self.what}; {self.fix}"
@@ -43,7 +61,10 @@ def address_problem(address: str) -> ClusterProblem | None:
     """Say at once what `ray.init` would take 20 s to minutes of retries to say: nothing listens at
     a HOST:PORT address; Ray would dial this machine's network address for a loopback one where a
     loopback-only cluster does not listen; or the cluster wants Ray's token and this client has none
-    (or another). None when none of these is the case; other address forms are left to Ray."""
+    (or another); or it is Ray's `auto` (`auto_problem`). None when none of these is the case; other
+    address forms (ray://) are left to Ray."""
+    if address.strip().lower() == "auto":
+        return auto_problem(ray_auto_candidates())
     parsed = host_port(address)
     if parsed is None:
         return None
@@ -101,4 +122,46 @@ def auth_problem(address: str, exc: Exception) -> ClusterProblem:
         "`export RAY_AUTH_MODE=token` and give the cluster's token: the head's ~/.ray/auth_token copied to "
         "this machine's ~/.ray/auth_token, or RAY_AUTH_TOKEN_PATH=FILE, or RAY_AUTH_TOKEN "
         f"(`ray get-auth-token` on the head prints it) [Ray: {str(exc).split('.')[0]}]",
+        refuses_token=True,
     )
+
+
+def auto_problem(found: list[str]) -> ClusterProblem:
+    """Why Ray's `auto` is refused: it joins whichever cluster it finds on this machine (a raylet
+    any user started, or the one Ray's temp folder names, a file any user may write), another
+    user's included, and sends it this client's Ray token; a cluster that wants another token has
+    `ray.init` log InvalidAuthToken every second for minutes. `found`: the clusters' GCS addresses
+    Ray sees here (read from their processes, none contacted), named so the user can pick theirs."""
+    live = sorted(set(found))
+    what = (
+        "`auto` makes Ray join whichever cluster it finds on this machine, another user's included, and send it "
+        "this client's Ray token"
+    )
+    if not live:
+        return ClusterProblem(
+            "auto",
+            f"{what}; it finds none here",
+            "start one (`ray start --head --node-ip-address=127.0.0.1`) and pass its GCS address, or leave "
+            "--address out for a new local Ray",
+        )
+    return ClusterProblem("auto", f"{what}; it finds {len(live)} here ({', '.join(live)})", AUTO_FIX)
+
+
+_SEVERAL = re.compile(r"Found multiple active Ray instances: \{([^}]*)\}")
+
+
+def connection_error_text(error: BaseException | str, flag: str = "--address") -> str:
+    """Ray's error on connecting (or its text) as one whole line: its line breaks joined, never cut
+    short of the fix at its end (only a runaway text is bounded). Where Ray found several clusters
+    on this machine, its fix names Ray's own flag: the line names `flag`, the option of the command
+    that was run, and the GCS address it takes."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    several = _SEVERAL.search(text)
+    if several is not None:
+        found = sorted(part.strip(" '\"") for part in several.group(1).split(",") if part.strip(" '\""))
+        return (
+            f"Ray found {len(found)} clusters on this machine ({', '.join(found)}) and cannot tell which one is "
+            f"meant: pass {flag} HOST:PORT naming your cluster's GCS address (`ray status` on its head prints "
+            "it), or set RAY_ADDRESS=HOST:PORT"
+        )
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."

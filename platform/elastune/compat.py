@@ -18,6 +18,7 @@ __all__ = [
     "is_fake",
     "loopback_only_ray",
     "pytree",
+    "ray_auto_candidates",
     "ray_dial_host",
     "torch_backend_base",
     "trainer_without_callbacks",
@@ -69,6 +70,14 @@ def cluster_nodes(address: str, timeout_s: float) -> list[dict[str, Any]]:
 
     nodes = GcsClient(address=address).get_all_node_info(timeout=timeout_s, state_filter=GcsNodeInfo.ALIVE)
     return [{"address": node.node_manager_address, "resources": dict(node.resources_total)} for node in nodes.values()]
+
+
+def ray_auto_candidates() -> list[str]:
+    """The GCS addresses of every Ray cluster Ray's `auto` sees running on this machine (any user's:
+    it reads the raylets' command lines; none is contacted). Ray has no public discovery API."""
+    from ray._private.services import find_gcs_addresses
+
+    return sorted(find_gcs_addresses())
 
 
 def ray_dial_host(host: str) -> str:

@@ -252,10 +252,17 @@ class DataConfig(_Section):
         if value is None:
             return None
         path = value.expanduser()
+        # A relative path here came from --set or a spec (a run config file's are made absolute by
+        # validate.load_run_config): say where it was looked for.
+        tried = (
+            ""
+            if path.is_absolute()
+            else f"tried {path.absolute()} (a relative path is taken from the working directory): "
+        )
         if path.is_dir():
-            raise ValueError("is a directory; give the path to a data file in it")
+            raise ValueError(f"{tried}is a directory; give the path to a data file in it")
         if not path.is_file():
-            raise ValueError("file does not exist; give the path to an existing data file")
+            raise ValueError(f"{tried}file does not exist; give the path to an existing data file")
         return path
 
     @field_validator("max_document_bytes", mode="before")

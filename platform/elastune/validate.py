@@ -11,6 +11,8 @@ config that was already checked (a Ray trial) rebuilds it with `RunConfig.model_
 
 from __future__ import annotations
 
+import copy
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from pydantic import ValidationError
 from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
 from elastune.data.table import check_table_data
 from elastune.data.text import MIN_VOCAB, check_text_data
+from elastune.dotted import flatten
 from elastune.embeddings import get_strategy, strategies
 from elastune.embeddings.fbgemm import fbgemm_import_error, run_problems
 from elastune.embeddings.shared import validate_groups
@@ -33,13 +36,54 @@ __all__ = ["component_problems", "config_problems", "load_run_config", "validate
 
 
 def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Read YAML (or nothing: the embedded defaults), apply `--set` overrides, validate."""
+    """Read YAML (or nothing: the embedded defaults), apply `--set` overrides, validate.
+
+    A relative data file (data.path, data.eval_path) in the YAML file is taken from the file's
+    folder, so a config and its data move together; one given with --set is taken from the
+    working directory, as a shell argument is. The file is the user's own input, free to name files;
+    a config read back from a store (a sweep's best) never comes through here."""
     raw: dict[str, Any] = {}
     source = str(path) if path is not None else None
+    taken: dict[str, tuple[str, str]] = {}
     if path is not None:
-        raw = read_yaml_mapping(Path(path))
+        raw, taken = _data_files_from(read_yaml_mapping(Path(path)), Path(path))
     raw = apply_overrides(raw, parse_overrides(overrides))
-    return validate_run_config(raw, source=source)
+    try:
+        return validate_run_config(raw, source=source)
+    except ConfigError as exc:
+        if not taken:
+            raise
+        said = [_as_given(p, taken, str(path)) for p in exc.problems]
+        raise ConfigError(said, source=source) from None
+
+
+DATA_FILES = ("path", "eval_path")  # the data.* keys that name a file
+
+
+def _data_files_from(raw: dict[str, Any], config_file: Path) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+    """`raw` with each relative data file taken from `config_file`'s folder, and what was taken:
+    {"data.path": (as written, the path tried)}."""
+    data = raw.get("data")
+    if not isinstance(data, Mapping):
+        return raw, {}
+    folder = config_file.absolute().parent
+    data, taken = dict(data), {}
+    for key in DATA_FILES:
+        given = data.get(key)
+        if isinstance(given, str) and given.strip() and not Path(given).expanduser().is_absolute():
+            data[key] = str(folder / given)
+            taken[f"data.{key}"] = (given, data[key])
+    return {**raw, "data": data}, taken
+
+
+def _as_given(problem: Problem, taken: Mapping[str, tuple[str, str]], config_file: str) -> Problem:
+    """A problem with a data file taken from the config file's folder, said with the value as
+    written, the path tried and what it was taken from."""
+    written, tried = taken.get(problem.path, (None, None))
+    if written is None or problem.value != tried:
+        return problem  # another key, or the file a --set gave instead
+    where = f"tried {tried} (a relative path in {config_file} is taken from that file's folder)"
+    return Problem(problem.path, written, f"{where}: {problem.message}")
 
 
 def validate_run_config(raw: Mapping[str, Any], source: str | None = None) -> RunConfig:
@@ -51,41 +95,129 @@ def validate_run_config(raw: Mapping[str, Any], source: str | None = None) -> Ru
 
 
 def config_problems(raw: Mapping[str, Any]) -> tuple[RunConfig | None, list[Problem]]:
-    """(the config, []) or (None or the config, its problems): pydantic's first; the components'
-    once every field is valid (they read a whole config)."""
+    """(the config, []) or (None or the config, its problems): every problem at once. pydantic's
+    come first; the components' once every field is valid (they read a whole config), or, where
+    pydantic refused values, on the rest (`_beyond_refused`)."""
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as exc:
-        return None, problems_from_validation(exc, RunConfig, raw)
+        return None, _beyond_refused(raw, exc)
     return cfg, component_problems(cfg)
 
 
+# Each pass sets aside at least one more value; a config has three levels of rules (a section's,
+# the run's, the components'), so a few passes reach the last.
+MAX_PASSES = 6
+Loc = tuple[str | int, ...]
+
+
+def _beyond_refused(raw: Mapping[str, Any], exc: ValidationError) -> list[Problem]:
+    """`exc`'s problems, then those that were hidden behind them. pydantic checks a section's rules
+    only once its fields are valid, and the run's once every section is, and the components check
+    only a valid config: a wrong value would hide an independent problem until it was fixed. So the
+    values pydantic refused are set aside (each field's default stands in), and what remains is
+    validated again, pass after pass. A problem found once values were set aside is kept only if it
+    names none of them (every rule's message names the fields it reads): a default standing in for
+    a refused value is never blamed."""
+    problems = problems_from_validation(exc, RunConfig, raw)
+    current, aside = copy.deepcopy(dict(raw)), []
+    errors = exc.errors(include_url=False)
+    for _ in range(MAX_PASSES):
+        more = [loc for err in errors for loc in _to_set_aside(current, err) if loc not in aside]
+        if not more:
+            break
+        for loc in more:
+            _drop(current, loc)
+        aside += more
+        named = [".".join(map(str, loc)) for loc in aside]
+        try:
+            cfg = RunConfig.model_validate(current)
+        except ValidationError as again:
+            errors, found = again.errors(include_url=False), problems_from_validation(again, RunConfig, current)
+        else:
+            errors, found = [], component_problems(cfg)
+        problems += [p for p in found if p not in problems and not any(_names(p, path) for path in named)]
+        if not errors:
+            break
+    return problems
+
+
+def _to_set_aside(raw: Mapping[str, Any], err: Mapping[str, Any]) -> list[Loc]:
+    """Where in `raw` the value that pydantic error `err` refused sits. A rule of a section or of the
+    run (its location holds a mapping, or nothing) reads the fields its message names."""
+    loc = tuple(err["loc"])
+    value = _at(raw, loc)
+    if value is MISSING or isinstance(value, Mapping):
+        named: list[Loc] = [tuple(path.split(".")) for path in flatten(raw) if _mentions(str(err["msg"]), path)]
+        if named:
+            return named
+    held = _held_at(raw, loc)
+    return [held] if held else []
+
+
+def _held_at(raw: Any, loc: Loc) -> Loc:
+    """The longest start of `loc` that is a key of a mapping in `raw` (a list item, or a key the
+    value lacks, is set aside with the field that holds it); () if none is."""
+    for end in range(len(loc), 0, -1):
+        parent = _at(raw, loc[: end - 1])
+        if isinstance(parent, Mapping) and loc[end - 1] in parent:
+            return loc[:end]
+    return ()
+
+
+def _at(raw: Any, loc: Loc) -> Any:
+    for part in loc:
+        in_mapping = isinstance(raw, Mapping) and part in raw
+        in_list = isinstance(raw, list) and isinstance(part, int) and 0 <= part < len(raw)
+        if not (in_mapping or in_list):
+            return MISSING
+        raw = raw[part]
+    return raw
+
+
+def _drop(raw: dict[str, Any], loc: Loc) -> None:
+    parent = _at(raw, loc[:-1])
+    if isinstance(parent, dict):
+        parent.pop(loc[-1], None)
+
+
+def _names(problem: Problem, path: str) -> bool:
+    return problem.path == path or _mentions(problem.message, path)
+
+
+def _mentions(text: str, path: str) -> bool:
+    """Whether `text` names the field `path` (`steps`, not inside `warmup_steps`; `embedding.dtype`)."""
+    return re.search(rf"(?<![\w.]){re.escape(path)}(?!\w)", text) is not None
+
+
 def component_problems(cfg: RunConfig) -> list[Problem]:
-    """What the embedding registry and the workload refuse in a config pydantic accepted."""
+    """What the embedding registry and the workload refuse in a config pydantic accepted: every
+    problem at once, each check run where what it reads is sound (the tables' sizes need the data
+    and the workload; the strategy's rules need a strategy this build has)."""
+    problems = []
     if cfg.data.source == "table":
         # The file, read as the run will read it (the vocabulary pass included, cached for the run):
         # a missing column, a bad value or an empty file is said here, before anything starts.
         try:
             check_table_data(cfg.data, 0 if cfg.data.eval_path else cfg.eval.samples)
         except DataError as exc:
-            return [Problem("data.path", MISSING, str(exc))]  # the message names the file
+            problems.append(Problem("data.path", MISSING, str(exc)))  # the message names the file
     if cfg.data.source == "text":
-        problems = _text_problems(cfg)
-        if problems:
-            return problems
-    try:
-        tables = build_workload(cfg).table_sizes  # found, built with its options, a Workload
-    except WorkloadError as exc:
-        return list(exc.problems)  # every problem of the options at once
+        problems += _text_problems(cfg)
+    tables = None
+    if not problems:  # the workload reads the data it is built on
+        try:
+            tables = build_workload(cfg).table_sizes  # found, built with its options, a Workload
+        except WorkloadError as exc:
+            problems += exc.problems  # every problem of the options at once
     emb = cfg.embedding
     if emb.strategy not in strategies():
         available = ", ".join(strategies())
         message = f"strategy {emb.strategy!r} is not available in this build; available: {available}"
-        return [Problem("embedding.strategy", emb.strategy, message)]
-    problems = []
+        return [*problems, Problem("embedding.strategy", emb.strategy, message)]
     if emb.backend == "fbgemm":
         problems += _fbgemm_problems(cfg)
-    if emb.groups is not None:
+    if emb.groups is not None and tables is not None:
         try:
             validate_groups(emb.groups, len(tables))
         except ValueError as exc:
@@ -101,8 +233,8 @@ def component_problems(cfg: RunConfig) -> list[Problem]:
                 f"not optimizer.sparse={cfg.optimizer.sparse}; set optimizer.sparse to sgd, adagrad or rowwise_adagrad",
             )
         )
-    total = sum(tables)
-    if emb.cache_rows is not None and emb.cache_rows > total:
+    total = sum(tables or ())
+    if tables is not None and emb.cache_rows is not None and emb.cache_rows > total:
         given = (
             f"data.table_rows={cfg.data.table_rows}"
             if cfg.data.table_rows
@@ -193,23 +325,24 @@ def _fbgemm_problems(cfg: RunConfig) -> list[Problem]:
     if error is not None:
         fix = "pip install 'elastune[fbgemm]' or use embedding.backend=torch"
         return [Problem("embedding.backend", "fbgemm", f"fbgemm_gpu {error}; {fix}")]
+    problems = []
     runs = strategies("fbgemm")
     if emb.strategy not in runs:
-        return [
+        problems.append(
             Problem(
                 "embedding.backend",
                 "fbgemm",
                 f"no fbgemm kernels for embedding.strategy={emb.strategy!r} (the fbgemm backend runs "
                 f"{', '.join(runs)}); pick one of those or use embedding.backend=torch",
             )
-        ]
-    if emb.strategy == "half" and emb.dtype == "bf16":
-        return [
+        )
+    elif emb.strategy == "half" and emb.dtype == "bf16":
+        problems.append(
             Problem(
                 "embedding.backend",
                 "fbgemm",
                 "fbgemm's CPU kernels store half rows in fp16 only, not embedding.dtype='bf16'; "
                 "set embedding.dtype=fp16 or use embedding.backend=torch",
             )
-        ]
-    return [Problem("config", MISSING, message) for message in run_problems(cfg)]
+        )
+    return problems + [Problem("config", MISSING, message) for message in run_problems(cfg)]

@@ -337,8 +337,10 @@ def test_unknown_spec_names_the_ones_there_are(client: TestClient) -> None:
 def test_train_overrides_are_validated_per_key(client: TestClient) -> None:
     body = {"kind": "train", "sets": ["batch.micro=0", "precison=bf16", "steps=10"]}
     found = problems(client.post("/api/jobs", json=body))
-    assert set(found) == {"sets.batch.micro", "sets.precison"}
+    # steps=10 is below the default warmup_steps: the run's rule, said beside the two bad keys, not after them
+    assert set(found) == {"sets.batch.micro", "sets.precison", "sets.config"}
     assert "did you mean 'precision'" in found["sets.precison"]["message"]
+    assert "warmup_steps=20 must be below steps=10" in found["sets.config"]["message"]
 
 
 def test_train_from_an_unknown_sweep_is_refused(client: TestClient) -> None:

@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from elastune.cluster import address_problem, host_port
+from elastune.cluster import address_problem, connection_error_text, host_port
 from elastune.errors import ElastuneError, InputError, Problem
 from elastune.jsonout import Format, dumps
 from elastune.text import safe_text
@@ -43,8 +43,9 @@ def status(
         str | None,
         typer.Option(
             "--address",
-            help=f"The cluster's GCS address HOST:PORT; default $RAY_ADDRESS, else {DEFAULT_ADDRESS} (a cluster on "
-            "this machine). Never discovered from Ray's temp folder.",
+            help=f"The cluster's GCS address HOST:PORT (`ray status` on the head shows it); default $RAY_ADDRESS, "
+            f"else {DEFAULT_ADDRESS} (a cluster on this machine). `auto` is refused: Ray would join whichever "
+            "cluster it finds on this machine, another user's included.",
         ),
     ] = None,
     timeline_s: Annotated[float, typer.Option("--timeline-s", help="Seconds of timeline in the json output.")] = 600.0,
@@ -75,11 +76,12 @@ def cluster_address(address: str | None) -> tuple[str, str]:
     address = address.strip()
     if host_port(address) is None:
         why = (
-            "is Ray's discovery through its temp folder, which any user of this machine can write"
-            if address == "auto"
+            "is Ray's discovery through its temp folder, which any user of this machine can write: it joins "
+            "whichever Ray cluster it finds here, another user's included"
+            if address.lower() == "auto"
             else "is not HOST:PORT"
         )
-        fix = f"give the cluster's GCS address, e.g. {DEFAULT_ADDRESS} (`ray status` on the head shows it)"
+        fix = f"give the cluster's GCS address HOST:PORT, e.g. {DEFAULT_ADDRESS} (`ray status` on the head shows it)"
         raise InputError(str(Problem(source, address, f"{why}; {fix}")))
     return address, source
 
@@ -103,7 +105,8 @@ def _read(address: str | None, timeline_s: float) -> dict[str, Any] | None:
             ray.init(address=address, namespace=NAMESPACE, logging_level=logging.ERROR, log_to_driver=False)
         except ConnectionError as exc:
             raise ElastuneError(
-                f"{source}={address!r}: no Ray cluster to join there ({exc}); run this on one of the cluster's nodes"
+                f"{source}={address!r}: no Ray cluster to join there ({connection_error_text(exc)}); run this on "
+                "one of the cluster's nodes"
             ) from exc
     try:
         return read_status(timeline_s)

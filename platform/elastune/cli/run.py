@@ -17,9 +17,8 @@ from elastune.config import RunConfig, apply_overrides, parse_overrides
 from elastune.errors import InputError
 from elastune.jsonout import Format, dumps
 from elastune.units import human_bytes
-from elastune.validate import load_run_config, validate_run_config
 
-if TYPE_CHECKING:  # the estimator pulls in torch: not imported to print --help
+if TYPE_CHECKING:  # validation asks the components, which pull in torch: not imported to print --help
     from elastune.memory.overhead import HeldOutError
 
 __all__ = ["config_schema", "config_show", "estimate", "train"]
@@ -54,6 +53,7 @@ def train(
     from elastune.memory.estimate import estimate as run_estimate
     from elastune.training.loop import Progress
     from elastune.training.loop import train as run_training
+    from elastune.validate import load_run_config, validate_run_config
 
     if from_sweep is not None and config is not None:
         raise InputError("give a CONFIG file or --from-sweep, not both")
@@ -96,6 +96,7 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     """Predict a config's peak memory without running it (fake-tensor trace + overhead model)."""
     from elastune.memory.estimate import estimate as run_estimate
     from elastune.training.precision import resolve_device
+    from elastune.validate import load_run_config
     from elastune.workloads import build_workload
 
     cfg = load_run_config(config, set_ or [])
@@ -281,6 +282,8 @@ def config_schema() -> None:
 def config_show(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = Format.table) -> None:
     """Print the resolved config (defaults, then the file, then --set overrides)."""
     import yaml
+
+    from elastune.validate import load_run_config  # the components' checks: torch
 
     cfg = load_run_config(config, set_ or [])
     if format is Format.json:

@@ -35,7 +35,12 @@ def sweep(
     gpus_per_trial: Annotated[float | None, typer.Option(help="GPUs per trial worker (below 1 shares a GPU).")] = None,
     set_: SetOpt = None,
     address: Annotated[
-        str | None, typer.Option(help="Ray cluster address; default $RAY_ADDRESS, else a local Ray on 127.0.0.1.")
+        str | None,
+        typer.Option(
+            help="The Ray cluster to run on: its GCS address HOST:PORT (e.g. 127.0.0.1:6379; `ray status` on the "
+            "head shows it); default $RAY_ADDRESS, else a new local Ray on 127.0.0.1. `auto` is refused: Ray would "
+            "join whichever cluster it finds on this machine, another user's included."
+        ),
     ] = None,
     tracking_uri: TrackingOpt = None,
     resume: Annotated[

@@ -40,10 +40,12 @@ def ui(
     cluster_address: Annotated[
         str | None,
         typer.Option(
-            help="Where the Memory page connects to Ray to ask the EDO broker: ray://HOST:10001 (Ray Client, from "
-            "outside the cluster) or HOST:6379 (the GCS); default: $RAY_ADDRESS unless it is a URL, else "
-            "--ray-address unless it is a URL, else 127.0.0.1:6379 with the default --ray-address. `auto` is "
-            "refused."
+            help="Where the Memory page connects to Ray to ask the EDO broker: the head's GCS address HOST:PORT "
+            "(e.g. 127.0.0.1:6379; `ray status` on the head shows it) or ray://HOST:10001 (Ray Client, from outside "
+            "the cluster); default: $RAY_ADDRESS unless it is a URL, else --ray-address unless it is a URL, else "
+            "127.0.0.1:6379 with the default --ray-address. `auto` is refused: Ray would join whichever cluster it "
+            "finds on this machine, another user's included. A cluster there that refuses this client's Ray token "
+            "stops the UI at start, with the fix."
         ),
     ] = None,
     tracking_uri: Annotated[
@@ -105,7 +107,23 @@ def ui(
         all_jobs=all_jobs,
         **extra,
     )
+    web.check_bind(settings)  # a setting that cannot work is said before Ray is asked anything
+    _check_broker_cluster(settings.broker_address())
     web.serve(settings)
+
+
+def _check_broker_cluster(address: str | None) -> None:
+    """Stop with the fix where the cluster the Memory page would join refuses this client's Ray
+    token: `ray.init` there would retry for minutes, logging InvalidAuthToken every second, and the
+    page would only ever say it is still trying. Anything else (nothing listens yet: the cluster may
+    start after the UI) is left to the page, which says it while the UI serves."""
+    from elastune.cluster import address_problem, host_port
+
+    if address is None or host_port(address) is None:
+        return  # ray:// (Ray Client) or none: nothing to probe before Ray is asked
+    problem = address_problem(address)
+    if problem is not None and problem.refuses_token:
+        raise InputError(f"--cluster-address={address!r}: {problem.what}; {problem.fix}")
 
 
 def _ceiling(text: str) -> int:

@@ -69,16 +69,18 @@ def cluster_address(address: str | None) -> str | None:
         return None
     address = address.strip()
     if host_port(address) is None:
-        raise InputError(
-            str(
-                Problem(
-                    source,
-                    address,
-                    "is not HOST:PORT; give the head's GCS address, e.g. 127.0.0.1:6379 (`ray status` on the "
-                    "head shows it), or leave it out to check for a local Ray",
-                )
-            )
+        # `auto` is named for what it does: the check would be of a cluster Ray picked, maybe another user's
+        what = (
+            "is Ray's discovery, not HOST:PORT: it joins whichever Ray cluster it finds on this machine, another "
+            "user's included"
+            if address.lower() == "auto"
+            else "is not HOST:PORT"
         )
+        fix = (
+            "give the head's GCS address, e.g. 127.0.0.1:6379 (`ray status` on the head shows it), or leave it "
+            "out to check for a local Ray"
+        )
+        raise InputError(str(Problem(source, address, f"{what}; {fix}")))
     return address
 
 

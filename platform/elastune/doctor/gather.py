@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from elastune.cluster import address_problem
+from elastune.cluster import address_problem, connection_error_text
 from elastune.config import elastune_home
 from elastune.doctor.findings import (
     Finding,
@@ -61,7 +61,7 @@ def check_ray(address: str | None) -> Finding:
     try:
         nodes = cluster_nodes(address, timeout_s=GCS_TIMEOUT_S)
     except Exception as exc:  # something listens there, but does not answer as a Ray GCS
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        reason = connection_error_text(exc)  # whole: Ray's text ends with its fix
         return judge_ray(
             address,
             (f"something listens there but does not answer as Ray's GCS ({reason})", _GCS_FIX),
@@ -104,7 +104,7 @@ def requires_token(address: str) -> bool | str:
     if done.returncode in (0, 3):
         return done.returncode == 3
     said = done.stderr.strip().splitlines()
-    return f"a client without a token failed: {said[-1][:200] if said else f'exit {done.returncode}'}"
+    return f"a client without a token failed: {connection_error_text(said[-1]) if said else f'exit {done.returncode}'}"
 
 
 _GCS_FIX = "give the head's GCS address (HOST:6379 by default, `ray status` on the head shows it)"
