@@ -261,7 +261,7 @@ def set_problems(sets: Sequence[str]) -> list[Problem]:
     """Problems of `--set` pairs, each named `sets.<key>` so the form shows it beside that field:
     values refused as YAML (elastune.yamlsafe: anchors, aliases, tags, merge keys, oversized; no
     further check reads them), keys a client may not set (elastune.untrusted: nothing that names a
-    file), then the config's own validation."""
+    file), then the config's own validation of the pairs not refused."""
     from elastune.untrusted import override_problems, parse_client_overrides
     from elastune.validate import config_problems
 
@@ -270,6 +270,10 @@ def set_problems(sets: Sequence[str]) -> list[Problem]:
         return unreadable
     refused = override_problems(sets)
     named = {p.path for p in refused}
+    if refused:
+        # The config's validation builds the workload, and a `workload` import path imports its
+        # module: what was refused is never validated, only the pairs refused on their own are left out
+        nested, _ = parse_client_overrides([item for item in sets if not override_problems([item])])
     _, invalid = config_problems(nested)
     return refused + [Problem(f"sets.{p.path}", p.value, p.message) for p in invalid if f"sets.{p.path}" not in named]
 

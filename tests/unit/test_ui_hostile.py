@@ -418,3 +418,19 @@ def test_fuzzing_valid_and_invalid_input_finds_no_server_error(client: TestClien
                 assert mode is GenerationMode.NEGATIVE and not list(operation.iter_parameters()), operation.label
     assert not errors, "\n".join(errors[:10])
     assert len(seen) >= 10, seen
+
+
+def test_a_refused_workload_import_path_is_never_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client's `workload=MODULE:FACTORY` is refused, and the config's validation (which builds
+    the workload) never sees it: importing the module would run its code. The other pairs are still
+    checked, so every problem comes back at once."""
+    from ui.launch import set_problems
+
+    marker = tmp_path / "imported"
+    (tmp_path / "planted_workload_mod.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\ndef make(cfg, options): ...\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problems = set_problems(["workload=planted_workload_mod:make", "batch.micro=0"])
+    assert not marker.exists()
+    assert {p.path for p in problems} >= {"sets.workload", "sets.batch.micro"}
