@@ -235,6 +235,7 @@ def test_sweeps_lists_every_sweep_and_results_defaults_to_the_newest_finished(
     shown = console.export_text()
     assert "the newest finished sweep: older-finished" in shown
     assert "sweep older-finished (finished)" in shown
+    assert "ranked by " in shown  # the legend: which figure ranks the rows above it
 
 
 def test_sweeps_on_an_empty_store_says_how_to_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

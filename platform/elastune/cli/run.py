@@ -77,9 +77,10 @@ def train(
         f"threads {cfg.threads or 'all (torch default)'}"
     )
 
-    def show(p: Progress) -> None:
-        rate = f"{p.samples_per_s:,.0f} samples/s" if p.samples_per_s else "warming up"
-        err.print(f"  step {p.step:>5}/{p.steps}  loss {p.loss:.4f}  {rate}", highlight=False)
+    from elastune.tuning.display import step_line
+
+    def show(p: Progress) -> None:  # the rate is the running mean; the result's is the steady rate
+        err.print(step_line(p.step, p.steps, p.loss, p.samples_per_s), highlight=False)
 
     result = run_training(cfg, on_progress=show)
     result = replace(result, estimated_peak_bytes=run_estimate(cfg).peak_bytes)  # predicted, beside measured

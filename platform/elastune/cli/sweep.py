@@ -169,7 +169,14 @@ def sweeps(
 
 
 def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS, hints: bool = True) -> None:
-    from elastune.tuning.results import COMPACT_COLUMNS, SUMMARY_COLUMNS, compact_rows, short_bytes, summary_rows
+    from elastune.tuning.results import (
+        COMPACT_COLUMNS,
+        SUMMARY_COLUMNS,
+        compact_rows,
+        legend,
+        short_bytes,
+        summary_rows,
+    )
 
     counts = record.counts()
     left = {"trial", "status", "parameters", "config", "#"}
@@ -191,6 +198,8 @@ def _print_summary(record: Any, wide: bool = False, top: int | None = TOP_TRIALS
         # a cell stacks its figures a line each: each line cleaned, the stacking kept
         table.add_row(*("\n".join(safe_text(line) for line in cell.split("\n")) for cell in row), end_section=not wide)
     out.print(table)
+    if rows:
+        out.print(legend(record), highlight=False, markup=False)
     # highlight=False: rich would colour the digits inside a sweep id as numbers
     if len(rows) < len(record.trials):
         out.print(f"the best {len(rows)} of {len(record.trials)} trials; --all shows every one", highlight=False)
