@@ -195,12 +195,13 @@ class DataConfig(_Section):
     path: Path | None = Field(
         None,
         description="Training file for criteo_tsv / parquet / table / text (table: .csv, .tsv, .csv.gz, "
-        ".tsv.gz, .parquet or .pq; text: .txt, .txt.gz, .jsonl or .jsonl.gz).",
+        ".tsv.gz, .parquet or .pq; text: .txt, .txt.gz, .jsonl or .jsonl.gz). Relative: in a config file, "
+        "to that file's folder; with --set, to the working directory.",
     )
     eval_path: Path | None = Field(
         None,
         description="Held-out file; without it the first eval.samples rows of path are held out (source=text: "
-        "eval.samples documents spread over it).",
+        "eval.samples documents spread over it). Relative as path.",
     )
     skip_malformed: bool = Field(
         False, description="Skip and count malformed rows instead of failing (criteo_tsv / parquet)."
@@ -539,7 +540,7 @@ class OptimizerConfig(_Section):
         description="For the embedding tables: adam (dense torch Adam, the baseline) or a row-wise "
         "sparse optimizer whose cost grows with the rows a step touches: sgd | adagrad | rowwise_adagrad.",
     )
-    lr: float = Field(3e-3, gt=0, le=10)
+    lr: float = Field(3e-3, gt=0, le=10, description="Learning rate of the dense optimizer and the sparse one.")
     clip_grad_norm: float | None = Field(
         None,
         gt=0,
@@ -652,7 +653,9 @@ class RunConfig(_Section):
     )
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for model init and anything random in training.")
     device: str = Field("auto", description="auto | cpu | cuda | cuda:N")
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="Autocast precision of the dense compute (bf16 needs native support to be fast)."
+    )
     threads: int | None = Field(
         None,
         ge=1,

@@ -40,24 +40,24 @@ class _Param(_Section):
 
 
 class ChoiceParam(_Param):
-    type: Literal["choice"]
+    type: Literal["choice"] = Field(description="choice: one of values.")
     values: list[Any] = Field(min_length=1, max_length=1000, description="The candidates, tried as given.")
 
 
 class IntParam(_Param):
-    type: Literal["int"]
-    low: int = Field(ge=-_BIG, le=_BIG)
-    high: int = Field(ge=-_BIG, le=_BIG)
-    log: bool = False
-    step: int = Field(1, ge=1, le=_BIG)
+    type: Literal["int"] = Field(description="int: whole numbers from low to high.")
+    low: int = Field(ge=-_BIG, le=_BIG, description="The smallest value, included.")
+    high: int = Field(ge=-_BIG, le=_BIG, description="The largest value, included.")
+    log: bool = Field(False, description="Sample on a log scale (low must be > 0; step is then 1).")
+    step: int = Field(1, ge=1, le=_BIG, description="The values are low, low + step, ... up to high.")
 
 
 class FloatParam(_Param):
-    type: Literal["float"]
-    low: float = Field(ge=-_BIG, le=_BIG)
-    high: float = Field(ge=-_BIG, le=_BIG)
-    log: bool = False
-    step: float | None = Field(None, gt=0, le=_BIG)
+    type: Literal["float"] = Field(description="float: real numbers from low to high.")
+    low: float = Field(ge=-_BIG, le=_BIG, description="The smallest value, included.")
+    high: float = Field(ge=-_BIG, le=_BIG, description="The largest value, included.")
+    log: bool = Field(False, description="Sample on a log scale (low must be > 0; no step).")
+    step: float | None = Field(None, gt=0, le=_BIG, description="Discretize: low, low + step, ... (none: continuous).")
 
 
 Parameter = Annotated[ChoiceParam | IntParam | FloatParam, Field(discriminator="type")]

@@ -86,7 +86,7 @@ class Objective(_Section):
     metric: Literal["samples_per_s"] = Field(
         "samples_per_s", description="What the sweep maximizes (ASHA and the sampler use it)."
     )
-    mode: Literal["max"] = "max"
+    mode: Literal["max"] = Field("max", description="max: the higher the better (the only mode).")
 
 
 def _whole_number(value: Any, what: str) -> Any:
@@ -186,13 +186,17 @@ class Confirm(_Section):
 
 
 class Search(_Section):
-    algorithm: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    algorithm: Literal["tpe", "random", "grid"] = Field(
+        "tpe", description="tpe: Optuna's TPE (multivariate); random; grid: every point of the space, in order."
+    )
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="The sampler's seed: the same spec and seed propose the same.")
     scheduler: Literal["asha", "none"] = Field("asha", description="asha stops slow trials at throughput rungs.")
     grace_fraction: float = Field(
         0.3, gt=0, le=1, description="asha: share of a trial's steps before it can be stopped."
     )
-    reduction_factor: float = Field(2.0, ge=1.5, le=8)
+    reduction_factor: float = Field(
+        2.0, ge=1.5, le=8, description="asha: a rung keeps the best 1/reduction_factor of the trials reaching it."
+    )
 
 
 class Resources(_Section):
@@ -246,9 +250,11 @@ class SweepSpec(_Section):
         description="Names the sweep (its id is NAME-DATE-TIME-HEX) and its state folder: letters, digits, "
         "'_', '.', '-', starting with a letter or digit, at most 64 characters.",
     )
-    description: str = ""
+    description: str = Field("", description="Free text, shown with the sweep.")
     base: dict[str, Any] = Field(default_factory=dict, description="A RunConfig (partial) the parameters vary.")
-    parameters: dict[str, Parameter] = Field(min_length=1)
+    parameters: dict[str, Parameter] = Field(
+        min_length=1, description="The searched keys: a dotted run-config key -> a choice, int or float range."
+    )
     objective: Objective = Field(default_factory=lambda: Objective())
     constraints: Constraints = Field(default_factory=lambda: Constraints())
     budget: Budget = Field(default_factory=lambda: Budget())
