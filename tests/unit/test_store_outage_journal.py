@@ -234,6 +234,21 @@ def test_the_driver_reads_its_own_view_while_the_store_lacks_part_of_it(store_an
     assert len(load_sweep(SWEEP, store.tracking_uri).trials) == 3
 
 
+def test_the_driver_reads_its_own_view_when_the_store_went_down_since_its_last_write(store_and_journal: Any) -> None:
+    """Down between two writes, nothing journaled yet: a read (the sweep callback's first, when
+    the search starts) gets the driver's own view, not an error that would end the sweep; once the
+    store answers, its word stands."""
+    store, journal, _ = store_and_journal
+    journal.write(Entry("trial", replace(header(), trials=[trial(-1)]), trial(0, "running")))
+    assert not journal.pending
+    store.up = False
+    view = load_sweep(SWEEP, store.tracking_uri)
+    assert [(t.trial_id, t.status) for t in view.trials] == [("t-1", "ok"), ("t0", "running")]
+    store.up = True
+    with pytest.raises(InputError, match="no sweeps recorded"):
+        load_sweep(SWEEP, store.tracking_uri)
+
+
 # -- replaying into a real store --------------------------------------------------------------
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "journaled_view",
     "journaling",
     "journaling_to",
+    "view_while_down",
 ]
 
 JOURNAL_FILE = "journal.jsonl"
@@ -312,6 +313,15 @@ def active_journal(sweep_id: str, tracking_uri: str) -> SweepJournal | None:
 def journaling_to(tracking_uri: str) -> bool:
     """Whether a sweep of this process writes to this store through a journal."""
     return any(j.writer.tracking_uri == tracking_uri for j in _ACTIVE.values())
+
+
+def view_while_down(sweep_id: str, tracking_uri: str) -> SweepRecord | None:
+    """A copy of the driver's own view of its sweep where the store does not answer now, though
+    nothing was journaled yet (it went down between two writes); None otherwise."""
+    journal = active_journal(sweep_id, tracking_uri)
+    if journal is None or journal.view is None or journal.writer.answers():
+        return None
+    return copy.deepcopy(journal.view)
 
 
 def journaled_view(sweep_id: str, tracking_uri: str) -> SweepRecord | None:

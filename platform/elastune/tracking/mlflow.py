@@ -67,7 +67,7 @@ from elastune.errors import ElastuneError, InputError, Problem
 from elastune.text import printable
 from elastune.tracking.artifacts import as_text, best_config_yaml, pareto_png, trials_csv
 from elastune.tracking.encoding import TAG_MAX, mlflow_key, param_value, read_record, record_tags
-from elastune.tracking.journal import Entry, Journal, active_journal, journaled_view, journaling_to
+from elastune.tracking.journal import Entry, Journal, active_journal, journaled_view, journaling_to, view_while_down
 from elastune.tracking.records import FINAL_TRIAL_STATUSES, RecordError, SweepRecord, TrialRecord
 from elastune.tracking.uri import (
     artifact_location,
@@ -660,6 +660,17 @@ def load_sweep(
     kept = journaled_view(sweep_id, uri) if sweep_id is not None else None
     if kept is not None:
         return kept
+    try:
+        return _load_sweep(sweep_id, uri, experiment)
+    except Exception:
+        # the store went down since the driver's last write: its own view, as journaled_view's
+        fallback = view_while_down(sweep_id, uri) if sweep_id is not None else None
+        if fallback is None:
+            raise
+        return fallback
+
+
+def _load_sweep(sweep_id: str | None, uri: str, experiment: str) -> SweepRecord:
     store = _open_store(uri, experiment)
     if store is None:
         raise InputError(
