@@ -28,6 +28,7 @@
     python bench/tuner.py grid                 # run (or resume) the grid; ~50 min on 2 idle CPU cores
     python bench/tuner.py replay               # searches and baseline from the cache (~2 min)
     python bench/tuner.py seeds                # TPE and random over 30 tuning + 180 test seeds, in blocks
+    python bench/tuner.py variants             # candidate samplers over the 180 design seeds (1000-1179)
     python bench/tuner.py replay --tpe-options '{"n_startup_trials": 10}'   # a TPE experiment
     python bench/tuner.py overhead             # Ray vs elastune train (~10 min on a busy machine)
     python bench/tuner.py all --json out.json  # grid (resume), replay, confirmation, overhead
@@ -332,7 +333,11 @@ def replay(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = make_sampler(sampler_spec)
     if tpe_options is not None and algorithm == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=seed, **tpe_options)
+        options = dict(tpe_options)
+        if options.pop("startup", None) == "qmc":
+            sampler = QmcStart(seed, **options)
+        else:
+            sampler = optuna.samplers.TPESampler(seed=seed, **options)
     ceiling = spec.constraints.memory_ceiling
 
     def cached_screen(_spec: Any, params: Any) -> tuple[bool, int | None, str]:
@@ -579,6 +584,89 @@ TEST_SEEDS = range(30, 210)
 BLOCK = 30
 SEED_TARGETS = (0.95, 0.94, 0.90)  # shares of the grid's best feasible samples/s
 SEED_GOALS = {"median": 0.15, "worst block": 0.20}  # trials to reach 95%, as a share of the grid
+
+
+# Design choices after the test seeds were first reported (2026-11-27) are made on these: a second
+# tuning set, disjoint from both, 180 seeds in blocks like the test's.
+DESIGN_SEEDS = range(1000, 1180)
+# Candidate samplers: TPESampler options (an experiment's `--tpe-options`); startup "qmc": the
+# startup trials drawn by scrambled Sobol instead of at random (QmcStart).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "grouped (the sweep's)": {"n_startup_trials": 7, "multivariate": True, "group": True},
+    "ungrouped": {"n_startup_trials": 7, "multivariate": True},
+    "independent": {"n_startup_trials": 7},
+    "grouped, 5 startup": {"n_startup_trials": 5, "multivariate": True, "group": True},
+    "grouped, 10 startup": {"n_startup_trials": 10, "multivariate": True, "group": True},
+    "grouped, 64 EI candidates": {"n_startup_trials": 7, "multivariate": True, "group": True, "n_ei_candidates": 64},
+    "grouped, QMC startup": {"startup": "qmc", "n_startup_trials": 7, "multivariate": True, "group": True},
+}
+
+
+class QmcStart:
+    """TPE whose startup trials come from scrambled Sobol points (Optuna's QMCSampler; parameters
+    of a conditional branch at random): an even spread instead of random draws, then TPE."""
+
+    def __new__(cls, seed: int, n_startup_trials: int, **tpe: Any) -> Any:
+        import optuna
+
+        qmc = optuna.samplers.QMCSampler(
+            seed=seed, scramble=True, warn_independent_sampling=False,
+            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+        )  # fmt: skip
+        tpe_sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup_trials, **tpe)
+
+        class _Switch(optuna.samplers.BaseSampler):
+            def _pick(self, study: Any) -> Any:
+                return qmc if len(study.get_trials(deepcopy=False)) < n_startup_trials else tpe_sampler
+
+            def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
+                return self._pick(study).infer_relative_search_space(study, trial)
+
+            def sample_relative(self, study: Any, trial: Any, space: Any) -> Any:
+                return self._pick(study).sample_relative(study, trial, space)
+
+            def sample_independent(self, study: Any, trial: Any, name: str, dist: Any) -> Any:
+                return self._pick(study).sample_independent(study, trial, name, dist)
+
+            def before_trial(self, study: Any, trial: Any) -> None:
+                qmc.before_trial(study, trial)
+                tpe_sampler.before_trial(study, trial)
+
+            def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+                qmc.after_trial(study, trial, state, values)
+                tpe_sampler.after_trial(study, trial, state, values)
+
+        return _Switch()
+
+
+def variants_record(args: argparse.Namespace, spec: Any, grid: dict[str, dict[str, Any]]) -> None:
+    """Each of VARIANTS over DESIGN_SEEDS (never the test seeds): trials to 95% of the best."""
+    from record import Figure, write_record
+
+    figures, rows = [], []
+    for name, options in VARIANTS.items():
+        began = time.monotonic()
+        res = seed_blocks(spec, grid, "tpe", DESIGN_SEEDS, options)["targets"][f"{SEED_TARGETS[0]:.0%}"]
+        blocks = ", ".join(f"{m:.3f}" for m in res["blocks"])
+        print(f"{name:28} median {res['median']:.1%} worst block {res['worst block']:.1%} [{blocks}]", flush=True)
+        note = f"worst {res['worst block']:.3f}; blocks {blocks}"
+        figures.append(Figure(f"{name}: median (worst block)", round(res["median"], 4), "", note=note))
+        rows.append([name, json.dumps(options), res["trials"], round(time.monotonic() - began, 1)])
+    write_record(
+        "tuner-variants",
+        "Tuner: sampler variants on the design seeds (trials to 95% of the grid's best, as a share)",
+        figures,
+        settings={
+            "design_seeds": [DESIGN_SEEDS.start, DESIGN_SEEDS.stop - 1],
+            "block": BLOCK,
+            "grid": str(args.grid.name),
+        },
+        notes=[
+            "design seeds only, disjoint from the tuning (0-29) and the test seeds (30-209): a variant chosen "
+            "here is then measured on the test seeds (bench/tuner.py seeds)",
+        ],
+        table={"columns": ["variant", "TPE options", "trials per seed", "wall s"], "rows": rows},
+    )
 
 
 def seed_blocks(
@@ -910,7 +998,10 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "what", choices=["grid", "replay", "seeds", "overhead", "all", "points"], nargs="?", default="all"
+        "what",
+        choices=["grid", "replay", "seeds", "variants", "overhead", "all", "points"],
+        nargs="?",
+        default="all",
     )
     parser.add_argument("--space", type=Path, default=SPACE)
     parser.add_argument("--grid", type=Path, default=GRID, help="the cache (JSON lines)")
@@ -946,6 +1037,9 @@ def main(argv: list[str] | None = None) -> None:
         confirm_top(spec, args.grid, args.top, args.rounds)
         if args.what == "grid":
             return
+    if args.what == "variants":  # candidate samplers on the design seeds
+        variants_record(args, spec, read_grid(args.grid))
+        return
     if args.what == "seeds":  # the search over the tuning and the test seeds, in blocks
         grid = read_grid(args.grid)
         # the sweep's sampler, the design it was chosen over (ungrouped multivariate TPE), random search
