@@ -635,10 +635,18 @@ def fault_worker_kill(episode: Episode) -> Injection:
 
 def run_killed_to_end(episode: Episode, driver: Command) -> None:
     """As run_to_end, where the fault kills trials: a sweep none of whose proposals completed rightly
-    exits 1 saying so (tuning/outcome.py)."""
+    exits 1 saying so (tuning/outcome.py), and so does one the engine could not go on with (Tune
+    re-raising Ray's OutOfMemoryError from its fit(): the sweep ends interrupted, its last line the
+    resume command, which is then run)."""
     with contextlib.suppress(subprocess.TimeoutExpired):
         driver.proc.wait(timeout=DRIVER_TIMEOUT_S)
-    run_to_end(episode, driver, {0, 1} if "no trial completed" in driver.said() else {0})
+    said = driver.said()
+    engine = "interrupted by an engine failure" in said
+    if engine:
+        lines = [line for line in said.splitlines() if line.strip()]
+        if not lines[-1].strip().startswith(f"elastune sweep --resume {episode.sweep_id}"):
+            episode.interim.append(f"after an engine failure the last line is not the resume command: {lines[-1:]}")
+    run_to_end(episode, driver, {0, 1} if "no trial completed" in said or engine else {0})
 
 
 def gone(proc: psutil.Process) -> bool:
