@@ -1,7 +1,9 @@
 """Train one configuration and measure it. `train()` reads top to bottom:
 
 set-up -> build (inside the measured memory window) -> steps (data, micro-steps, update, with OOM
-recovery) -> measure -> evaluate -> result.
+recovery) -> measure -> evaluate -> result. The loop prints nothing of its own (progress goes to
+`on_progress`) but one line: a model that learned nothing is said on stderr after eval
+(workloads/quality.py: `unlearned_warning`).
 
 Numbers that matter are computed once: effective batch = micro x accum; samples/s counts the
 steps after warm-up, data generation included, because that is what a user waits for (its windows,
@@ -11,6 +13,7 @@ and the time reports take, are training/throughput.py's).
 from __future__ import annotations
 
 import functools
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ from elastune.training.probe import DeviceProbe, MemoryPeak, probe_for
 from elastune.training.step import forward_backward
 from elastune.training.throughput import Measured, Throughput, warm_up_windows
 from elastune.workloads import Workload, build_workload
+from elastune.workloads.quality import unlearned_warning
 
 __all__ = ["DataParallel", "Progress", "StepBoundary", "TrainResult", "train", "warm_up_runtime", "warm_up_windows"]
 
@@ -207,7 +211,14 @@ def train(
     held_out = source.eval_batches(cfg.eval.samples, cfg.eval.batch or state.micro)
     with autocast():
         metrics = evaluate_workload(workload, model, held_out, device)
-    return _result(cfg, workload, state, measured, losses.mean(), metrics, probe.peak(), device)
+    return _result(cfg, workload, state, measured, losses.mean(), metrics, probe.peak(), device, rank)
+
+
+def _warn_if_unlearned(metrics: dict[str, float], train_loss: float) -> None:
+    """One line on stderr, with the run's progress, where eval says the model learned nothing."""
+    unlearned = unlearned_warning(metrics, train_loss)
+    if unlearned is not None:
+        print(f"warning: {unlearned}", file=sys.stderr, flush=True)
 
 
 def _build(
@@ -268,7 +279,10 @@ def _result(
     metrics: dict[str, float],
     peak: MemoryPeak,
     device: torch.device,
+    rank: int = 0,
 ) -> TrainResult:
+    if rank == 0:  # ranks evaluate alike: one says it
+        _warn_if_unlearned(metrics, train_loss)
     quality = workload.quality
     return TrainResult(
         samples_per_s=measured.samples_per_s,
