@@ -209,6 +209,10 @@ class SyntheticCriteo:
     Only the last two chunks per split are cached (reads are nearly always sequential).
     """
 
+    # A training loop may read it on another thread (data/source.py's ReadAhead), one read at a
+    # time: a chunk is a pure function of its seeds, and each split has its own cache.
+    reads_on_any_thread = True
+
     def __init__(
         self,
         table_sizes: Sequence[int],
