@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from elastune.cluster import connection_error_text
+
 __all__ = ["MemoryReader", "make_broker_reader", "memory_view"]
 
 MemoryReader = Callable[[float], "dict[str, Any] | None"]
@@ -91,8 +93,9 @@ def memory_view(reader: MemoryReader, timeline_s: float) -> dict[str, Any]:
         status = reader(timeline_s)
     except ImportError:
         return {"available": False, "reason": "This elastune install has no EDO broker module.", **_empty()}
-    except ConnectionError as exc:
-        return {"available": False, "reason": f"No Ray cluster to ask for device memory: {exc}", **_empty()}
+    except ConnectionError as exc:  # Ray's text whole: where it found several clusters, the option to name one
+        reason = f"No Ray cluster to ask for device memory: {connection_error_text(exc, '--cluster-address')}"
+        return {"available": False, "reason": reason, **_empty()}
     except Exception as exc:  # the broker died mid-call, Ray went away: the page says so and keeps polling
         return {"available": False, "reason": f"Could not read the EDO broker: {exc}", **_empty()}
     if status is None:

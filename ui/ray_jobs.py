@@ -70,9 +70,9 @@ class JobService:
             return self._client
 
     def _unreachable(self, exc: BaseException) -> str:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = _first_line(exc)
         return (
-            f"Cannot reach the Ray job server at {self._where()} ({first[:300]}). Start a cluster with "
+            f"Cannot reach the Ray job server at {self._where()} ({first}). Start a cluster with "
             "`ray start --head --node-ip-address=127.0.0.1 --dashboard-host=127.0.0.1`, or give its "
             "dashboard address with `elastune ui --ray-address http://HOST:8265`."
         )
@@ -186,9 +186,11 @@ def _unknown(job_id: str, all_jobs: bool) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    return line[:300]
+    """Ray's error as one whole line (cluster.py): never cut short of the fix at its end, and where
+    Ray found several clusters on the machine, the UI's option that names one."""
+    from elastune.cluster import connection_error_text
+
+    return connection_error_text(exc, "--cluster-address")
 
 
 def _is_connection_error(exc: BaseException) -> bool:
