@@ -129,8 +129,9 @@ def test_the_results_table_fits_100_columns_and_shows_every_parameter_whole(monk
     assert "1,235k" in text and "tokens/s" in text  # the LM's own throughput
     # the measured and the confirmed figures side by side, in columns named so: the search's
     # samples/s over the reference's (1,000.3 / 400), and the confirmation's median over its range
-    (header,) = [line for line in lines if "measured" in line]
+    header = next(line for line in lines if "measured" in line)  # the columns' (the legend's follow)
     assert header.index("measured") < header.index("confirmed")
+    assert "ranked by confirmed ×ref" in text  # the legend under the table says which figure ranks
     assert "2.50× ref" in text
     median = next(i for i, line in enumerate(lines) if "2.35×" in line)
     assert "1.23-3.46" in lines[median + 1]
