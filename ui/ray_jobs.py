@@ -103,10 +103,10 @@ class JobService:
 
         first = _first_line(exc)
         if isinstance(exc, AuthenticationError) or "authentication token" in first.lower():
-            return ClusterError(
-                f"The Ray job server at {self._where()} refused this UI's token ({first}). Give the UI the "
-                "cluster's token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (`ray get-auth-token` "
-                "on the head prints it), then restart `elastune ui`."
+            return ClusterError(  # the fix first: Ray's own words, whole, can be long
+                f"The Ray job server at {self._where()} refused this UI's token. Give the UI the cluster's "
+                "token: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (`ray get-auth-token` on the "
+                f"head prints it), then restart `elastune ui`. Ray said: {first}"
             )
         if isinstance(exc, RuntimeError) and ("does not exist" in first or "404" in first):
             return UnknownJob(first)  # the SDK's words for an unknown id
