@@ -51,8 +51,20 @@ if [[ $DRY == 1 ]]; then
     export ELASTUNE_BENCH_ALLOW_DIRTY=1  # a rehearsal of uncommitted work; its records are thrown away
 fi
 touch "$LOG/start"
+SWEEPS=${ELASTUNE_HOME:-$HOME/.elastune}/sweeps
 
-copy_records() { find "$RECORDS" -newer "$LOG/start" -name '*.json' -exec cp {} "$OUTDIR/" \; ; }
+# the new records; and, to diagnose a failed trial afterwards, the steps' logs and the error file Tune
+# kept for each failed trial (its whole traceback), as logs/<sweep>-<trial>.txt
+copy_records() {
+    find "$RECORDS" -newer "$LOG/start" -name '*.json' -exec cp {} "$OUTDIR/" \;
+    mkdir -p "$OUTDIR/logs"
+    cp "$LOG"/*.err "$OUTDIR/logs/" 2>/dev/null
+    local f rel
+    while IFS= read -r f; do
+        rel=${f#"$SWEEPS"/}
+        tail -c 20000 "$f" > "$OUTDIR/logs/$(dirname "$rel" | tr '/' '-').txt"
+    done < <(find "$SWEEPS" -newer "$LOG/start" -name 'error.txt' 2>/dev/null)
+}
 # step NAME LIMIT_S COMMAND...: run COMMAND under LIMIT_S if the budget still has that much room.
 step() {
     local name=$1 limit=$2; shift 2
@@ -102,9 +114,12 @@ if [[ $DRY == 1 ]]; then
 else
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     GPU=(--gpus-per-trial 0.5 --set base.device=cuda)
-    step parity 240 $PY bench/parity.py --reruns 2 --log "$LOG/parity.err" "${GPU[@]}"
-    step edo 150 $PY bench/edo.py --mix cached --quick --device cuda
-    step lm 280 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${GPU[@]}"
+    # the H100 run of 2026-11-27: the sweep took 192 s, and 2 reruns did not fit in 240 s
+    step parity 300 $PY bench/parity.py --reruns 1 --log "$LOG/parity.err" "${GPU[@]}"
+    step edo 120 $PY bench/edo.py --mix cached --quick --device cuda
+    # there its 8 proposals reached 5 in 280 s: 4 here
+    step lm 300 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${GPU[@]}" \
+        --set budget.max_trials=4
     # the zoo: twelve workloads, its fit and held-out halves reported apart
     step estimator 300 $PY bench/estimator.py --suite zoo --device cuda --jobs 8 --repeat 1
     step tests 90 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py \
