@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -21,3 +24,46 @@ def kill_processes_naming(folder: Path) -> None:
         with contextlib.suppress(psutil.Error):
             proc.send_signal(signal.SIGKILL)
     psutil.wait_procs(family, timeout=30)
+
+
+# A local Ray on 127.0.0.1 in a process of its own: it writes its GCS address to a file, then holds
+# the cluster until its stdin closes. What it asks of clients (a token or none) comes from its env.
+RAY_DRIVER = """
+import sys
+from pathlib import Path
+import ray
+context = ray.init(address="local", num_cpus=1, _node_ip_address="127.0.0.1", include_dashboard=False,
+                   _temp_dir=sys.argv[1], log_to_driver=False)
+Path(sys.argv[2]).write_text(context.address_info["gcs_address"])
+sys.stdin.read()
+ray.shutdown()
+"""
+
+
+@contextlib.contextmanager
+def ray_driver(folder: Path, env: dict[str, str], wait_until: Callable[..., None]) -> Iterator[str]:
+    """The GCS address of a Ray started with `env`, its temp folder under `folder`; on leaving, its
+    driver is told to stop, and anything of it still running (its processes name `folder`) killed."""
+    address_file = folder / "address"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", RAY_DRIVER, str(folder / "ray"), str(address_file)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: address_file.is_file() or driver.poll() is not None, 180, "the Ray driver's start")
+        assert driver.poll() is None, driver.stderr.read().decode()[-3000:] if driver.stderr else ""
+        yield address_file.read_text().strip()
+    finally:
+        with contextlib.suppress(OSError):
+            assert driver.stdin is not None
+            driver.stdin.close()  # the driver shuts its cluster down
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            driver.wait(timeout=60)
+        kill_processes_naming(folder)
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)

@@ -10,8 +10,7 @@ or when the one it would join refuses this client, said once, whole, with the fi
   `auto` does;
 - `elastune doctor`'s fixes are never cut or broken, on a 100-column terminal or a narrower one.
 
-The tests marked integration start a real Ray with token auth, in a process of their own, stopped
-(and anything of it killed) when the module ends.
+Against a real Ray that wants a token this client lacks: tests/integration/test_cluster_token.py.
 """
 
 from __future__ import annotations
@@ -20,14 +19,9 @@ import contextlib
 import io
 import os
 import re
-import secrets
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -187,106 +181,3 @@ def test_doctor_on_a_100_column_terminal_keeps_every_command_whole(tmp_path: Pat
     assert all(line.count("`") % 2 == 0 for line in lines), text
     table = [line for line in lines if line[:1] in "┏┃┡│├└"]
     assert table and max(len(line) for line in table) <= 100, text
-
-
-# -- a real cluster that wants a token this client lacks
-
-TOKEN_CLUSTER = """
-import sys
-from pathlib import Path
-import ray
-context = ray.init(address="local", num_cpus=1, _node_ip_address="127.0.0.1", include_dashboard=False,
-                   _temp_dir=sys.argv[1], log_to_driver=False)
-Path(sys.argv[2]).write_text(context.address_info["gcs_address"])
-sys.stdin.read()
-ray.shutdown()
-"""
-
-
-def tokenless_env(**extra: str) -> dict[str, str]:
-    """This client as a user without the cluster's token runs it: auth off, no token variables."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-    return {**env, "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra}
-
-
-@pytest.fixture(scope="module")
-def token_cluster() -> Iterator[str]:
-    """The GCS address of a Ray on 127.0.0.1 with token auth on, whose token this client lacks."""
-    folder = Path(tempfile.mkdtemp(prefix="elastune-token-", dir="/tmp"))  # short: Ray's socket paths
-    address_file = folder / "address"
-    env = tokenless_env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-    driver = subprocess.Popen(
-        [sys.executable, "-c", TOKEN_CLUSTER, str(folder / "ray"), str(address_file)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not address_file.is_file() and driver.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert driver.poll() is None and address_file.is_file(), driver.stderr.read().decode()[-3000:]
-        yield address_file.read_text().strip()
-    finally:
-        with contextlib.suppress(OSError):
-            assert driver.stdin is not None
-            driver.stdin.close()  # the driver shuts its cluster down
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            driver.wait(timeout=60)
-        from tests.integration.processes import kill_processes_naming
-
-        kill_processes_naming(folder)
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait(timeout=30)
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.mark.integration
-def test_autos_candidates_are_the_clusters_ray_sees_on_this_machine(token_cluster: str) -> None:
-    """compat.ray_auto_candidates, Ray's own discovery: it sees the cluster started here."""
-    probe = "from elastune.compat import ray_auto_candidates; print(' '.join(ray_auto_candidates()))"
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=tokenless_env(), timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert token_cluster in done.stdout.split(), done.stdout
-
-
-@pytest.mark.integration
-def test_the_ui_stops_at_once_where_its_cluster_refuses_this_clients_token(token_cluster: str, tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "elastune.cli", "ui", "--cluster-address", token_cluster, "--port", str(port)]
-    command += ["--spec-dir", str(ROOT / "search_spaces")]
-    env = tokenless_env(ELASTUNE_HOME=str(tmp_path / "home"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'm.db'}")
-    # A UI that started serving instead would run until the timeout: the test fails then.
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180, check=False)
-    assert done.returncode == 2, done.stdout + done.stderr[-3000:]
-    said = one_line(done.stderr)
-    assert said.startswith(
-        f"error: --cluster-address='{token_cluster}': the Ray cluster there requires token authentication"
-    ), said
-    assert "`export RAY_AUTH_MODE=token`" in said and "ray get-auth-token" in said, said
-    assert "InvalidAuthToken" not in done.stderr.replace("[Ray: RPC error: InvalidAuthToken", ""), done.stderr
-    assert done.stdout == ""  # never said where it serves
-
-
-@pytest.mark.integration
-def test_a_sweep_with_auto_stops_before_anything_starts(token_cluster: str, tmp_path: Path) -> None:
-    """A cluster that wants a token this client lacks runs on this machine (perhaps beside others):
-    `auto` is refused at once, naming it among the clusters Ray sees and the fix, where `ray.init`
-    would have joined one of them and logged InvalidAuthToken every second; nothing is written."""
-    command = [sys.executable, "-m", "elastune.cli", "sweep", str(ROOT / "search_spaces" / "dlrm_quick.yaml")]
-    command += ["--address", "auto", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]
-    env = tokenless_env(ELASTUNE_HOME=str(tmp_path / "home"))
-    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
-    assert done.returncode == 2, done.stderr[-3000:]
-    said = one_line(done.stderr)
-    assert said.startswith("error: --address='auto': `auto` makes Ray join whichever cluster"), said
-    assert AUTO_FIX in said and token_cluster in said, said
-    assert "InvalidAuthToken" not in done.stderr
-    assert not (tmp_path / "home").exists() and not (tmp_path / "m.db").exists()

@@ -8,7 +8,6 @@ GCS without connecting a driver, so the cluster this process is attached to does
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -23,55 +22,23 @@ from typing import Any
 import pytest
 import ray
 
-from tests.integration.processes import kill_processes_naming
+from tests.integration.processes import ray_driver
 
 pytestmark = pytest.mark.integration
-
-# A Ray without token auth, on 127.0.0.1, in a process of its own (this one is attached to
-# `ray_local`): it writes its GCS address to a file, then holds the cluster until its stdin closes.
-OPEN_CLUSTER = """
-import sys
-from pathlib import Path
-import ray
-context = ray.init(address="local", num_cpus=1, _node_ip_address="127.0.0.1", include_dashboard=False,
-                   _temp_dir=sys.argv[1], log_to_driver=False)
-Path(sys.argv[2]).write_text(context.address_info["gcs_address"])
-sys.stdin.read()
-ray.shutdown()
-"""
 
 
 @pytest.fixture(scope="module")
 def open_cluster(wait_until: Callable[..., None]) -> Iterator[tuple[str, Path]]:
-    """(GCS address, temp folder) of a local Ray that takes clients without a token. Stopped when
-    the module ends; anything of it still running then (its processes name its temp folder) is killed."""
+    """(GCS address, temp folder) of a local Ray that takes clients without a token, in a process of
+    its own (this one is attached to `ray_local`). Stopped when the module ends."""
     folder = Path(tempfile.mkdtemp(prefix="elastune-open-", dir="/tmp"))  # short: Ray's socket paths
     folder.chmod(0o755)  # like /tmp: other users may enter, so its `ray` folder is as exposed as /tmp/ray
-    address_file = folder / "address"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     env |= {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    driver = subprocess.Popen(
-        [sys.executable, "-c", OPEN_CLUSTER, str(folder / "ray"), str(address_file)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
     try:
-        wait_until(lambda: address_file.is_file() or driver.poll() is not None, 120, "the open cluster's start")
-        assert driver.poll() is None, driver.stderr.read().decode()[-3000:] if driver.stderr else ""
-        yield address_file.read_text().strip(), folder / "ray"
+        with ray_driver(folder, env, wait_until) as address:
+            yield address, folder / "ray"
     finally:
-        with contextlib.suppress(OSError):
-            assert driver.stdin is not None
-            driver.stdin.close()  # the driver shuts its cluster down
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            driver.wait(timeout=60)
-        kill_processes_naming(folder)
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait(timeout=30)
         shutil.rmtree(folder, ignore_errors=True)
 
 
