@@ -13,8 +13,10 @@ percent of it, so each is started once per group and stopped when the group ends
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,3 +81,25 @@ def wait_until() -> Callable[..., None]:
             time.sleep(interval_s)
 
     return wait
+
+
+@pytest.fixture(scope="session")
+def serve_ui(wait_until: Callable[..., None]) -> Callable[[Any, int], contextlib.AbstractContextManager[str]]:
+    """A factory: `with serve_ui(app, port) as base:` serves a UI app (elastune.ui.create_app) on
+    127.0.0.1:port from a thread of this process, `base` its URL, and stops it on leaving."""
+
+    @contextlib.contextmanager
+    def serve(app: Any, port: int) -> Iterator[str]:
+        import uvicorn
+
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        thread = threading.Thread(target=server.run, name=f"ui-server-{port}", daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: server.started, 30, "the UI server to start")
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            thread.join(timeout=15)
+
+    return serve

@@ -12,7 +12,6 @@ served/test_ui_e2e.py, which launches a real sweep).
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,11 +29,7 @@ WINDOW = {"width": 1280, "height": 900}  # the narrowest window the pages are la
 
 
 @pytest.fixture(scope="module")
-def base(
-    tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int], wait_until: Callable[..., None]
-) -> Iterator[str]:
-    import uvicorn
-
+def base(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int], serve_ui: Any) -> Iterator[str]:
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
     write_pruned_sweep(uri)
     write_lm_sweep(uri)
@@ -43,15 +38,8 @@ def base(
     port = free_port()
     # The job server's URL, where nothing listens: the memory page says what to pass instead.
     settings = UISettings(port=port, tracking_uri=uri, spec_dir=specs, ray_address=f"http://127.0.0.1:{free_port()}")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="ui-pages-server", daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, 30, "the UI server to start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    with serve_ui(create_app(settings), port) as url:
+        yield url
 
 
 @pytest.fixture

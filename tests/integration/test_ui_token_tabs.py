@@ -8,7 +8,6 @@ goes to localStorage, so once every tab is closed the next one asks again.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,11 +21,7 @@ STORED = "() => [sessionStorage.getItem('elastune-ui-token'), JSON.stringify({..
 
 
 @pytest.fixture(scope="module")
-def base(
-    tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int], wait_until: Callable[..., None]
-) -> Iterator[str]:
-    import uvicorn
-
+def base(tmp_path_factory: pytest.TempPathFactory, free_port: Callable[[], int], serve_ui: Any) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("ui")
     (folder / "specs").mkdir()
     port = free_port()
@@ -37,15 +32,8 @@ def base(
         spec_dir=folder / "specs",
         ray_address=f"http://127.0.0.1:{free_port()}",  # no job server: the sweeps page does not need one
     )
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="ui-token-server", daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, 30, "the UI server to start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    with serve_ui(create_app(settings), port) as url:
+        yield url
 
 
 def _open(context: Any, base: str) -> Any:

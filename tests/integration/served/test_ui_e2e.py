@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,10 +72,8 @@ def served(
     ray_dashboard: str,
     tmp_path_factory: pytest.TempPathFactory,
     free_port: Callable[[], int],
-    wait_until: Callable[..., None],
+    serve_ui: Any,
 ) -> Iterator[Served]:
-    import uvicorn
-
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
     specs = tmp_path_factory.mktemp("search_spaces")
     for shipped in (ROOT / "search_spaces").glob("*.yaml"):
@@ -84,15 +81,8 @@ def served(
     write_spec(specs / "tiny.yaml", tiny_spec())
     port = free_port()
     app = create_app(UISettings(port=port, ray_address=ray_dashboard, tracking_uri=uri, spec_dir=specs))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="ui-server", daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, 30, "the UI server to start")
-        yield Served(f"http://127.0.0.1:{port}", ray_dashboard, uri)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
+    with serve_ui(app, port) as url:
+        yield Served(url, ray_dashboard, uri)
 
 
 def _stop_job(dashboard: str, job_id: str) -> None:

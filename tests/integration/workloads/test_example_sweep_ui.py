@@ -6,7 +6,6 @@ its eval loss under the name it gives it, mse), and there is no log loss anywher
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,10 +41,8 @@ SPEC = {
 
 
 def test_the_sweep_page_shows_the_workloads_own_metrics(
-    ray_local: Any, browser: Any, tmp_path: Path, free_port: Callable[[], int], wait_until: Callable[..., None]
+    ray_local: Any, browser: Any, tmp_path: Path, free_port: Callable[[], int], serve_ui: Any
 ) -> None:
-    import uvicorn
-
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     record = run_sweep(SweepSpec.model_validate(SPEC), SweepOptions(tracking_uri=uri, home=tmp_path / "sweeps"))
     assert record.status == "finished" and (record.quality_metric, record.quality_direction) == ("rmse", "min")
@@ -54,36 +51,31 @@ def test_the_sweep_page_shows_the_workloads_own_metrics(
     port = free_port()
     # The job server's URL, where nothing listens: showing a sweep needs only the MLflow store.
     settings = UISettings(port=port, tracking_uri=uri, spec_dir=SPECS, ray_address=f"http://127.0.0.1:{free_port()}")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="example-sweep-ui", daemon=True)
-    thread.start()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        wait_until(lambda: server.started, 30, "the UI server to start")
-        page.set_default_timeout(20_000)
-        page.goto(f"http://127.0.0.1:{port}/sweeps/{record.sweep_id}")
-        page.wait_for_selector("#trial-table tbody tr[data-trial]")
-        headers = page.eval_on_selector_all("#trial-table thead th", "ths => ths.map((t) => t.textContent)")
-        assert {"Eval rmse", "Eval mae", "Eval mse"} <= set(headers), headers
-        assert not [h for h in headers if "log" in h.lower() or h == "Eval quality"], headers
-        reference = record.reference_quality
-        assert reference is not None
-        for trial in record.trials:  # each trial's figures, in the column of its metric's name
-            cells = page.eval_on_selector_all(
-                f'#trial-table tr[data-trial="{trial.trial_id}"] td', "tds => tds.map((t) => t.textContent)"
-            )
-            shown = dict(zip(headers, cells, strict=True))
-            rmse = f"{trial.metrics['rmse']:.4f}"
-            change = (trial.metrics["rmse"] - reference) / reference  # against the reference's: lower is better
-            said = f"{'▲' if change < 0 else '▼'} {abs(change):.1%} {'better' if change < 0 else 'worse'}"
-            said = "" if trial.trial_id == "reference" else "same" if round(abs(change), 3) == 0 else said
-            assert shown["Eval rmse"] == rmse + said, (trial.trial_id, shown)
-            assert shown["Eval mae"] == f"{trial.metrics['mae']:.4f}", (trial.trial_id, shown)
-        assert "log" not in page.inner_text("#trial-table").lower()
+        with serve_ui(create_app(settings), port) as base:
+            page.set_default_timeout(20_000)
+            page.goto(f"{base}/sweeps/{record.sweep_id}")
+            page.wait_for_selector("#trial-table tbody tr[data-trial]")
+            headers = page.eval_on_selector_all("#trial-table thead th", "ths => ths.map((t) => t.textContent)")
+            assert {"Eval rmse", "Eval mae", "Eval mse"} <= set(headers), headers
+            assert not [h for h in headers if "log" in h.lower() or h == "Eval quality"], headers
+            reference = record.reference_quality
+            assert reference is not None
+            for trial in record.trials:  # each trial's figures, in the column of its metric's name
+                cells = page.eval_on_selector_all(
+                    f'#trial-table tr[data-trial="{trial.trial_id}"] td', "tds => tds.map((t) => t.textContent)"
+                )
+                shown = dict(zip(headers, cells, strict=True))
+                rmse = f"{trial.metrics['rmse']:.4f}"
+                change = (trial.metrics["rmse"] - reference) / reference  # against the reference's: lower is better
+                said = f"{'▲' if change < 0 else '▼'} {abs(change):.1%} {'better' if change < 0 else 'worse'}"
+                said = "" if trial.trial_id == "reference" else "same" if round(abs(change), 3) == 0 else said
+                assert shown["Eval rmse"] == rmse + said, (trial.trial_id, shown)
+                assert shown["Eval mae"] == f"{trial.metrics['mae']:.4f}", (trial.trial_id, shown)
+            assert "log" not in page.inner_text("#trial-table").lower()
     finally:
         page.close()
-        server.should_exit = True
-        thread.join(timeout=15)
     assert not errors, errors[:5]
