@@ -27,7 +27,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -95,14 +94,9 @@ def held_bytes(overrides: list[str]) -> tuple[int, int]:
 
 
 def train(overrides: list[str], steps: int, device: str) -> dict[str, Any]:
-    args = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
-    for item in [f"steps={steps}", "warmup_steps=20", f"device={device}", *overrides]:
-        args += ["--set", item]
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{overrides}: exit {done.returncode}\n{done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    from record import TRAIN_JSON, run_json
+
+    return run_json(TRAIN_JSON, [f"steps={steps}", "warmup_steps=20", f"device={device}", *overrides])
 
 
 def strategies_table(steps: int, device: str) -> tuple[list[dict[str, Any]], str]:

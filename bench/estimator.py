@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from datetime import date
@@ -234,17 +233,13 @@ print(json.dumps({"peak_memory_bytes": result.peak_memory_bytes, "peak_memory_ki
 
 
 def measure(overrides: list[str], device: str | None = None, probe: str = "device") -> dict[str, Any]:
-    if probe == "virtual":
-        args = [sys.executable, "-c", VIRTUAL_RUN, *_run("cpu"), *overrides]
-    else:
-        args = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
-        for o in _run(device) + overrides:
-            args += ["--set", o]
+    from record import TRAIN_JSON, run_json
+
     started = time.perf_counter()
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{overrides}: exit {done.returncode}\n{done.stderr[-2000:]}")
-    result = json.loads(done.stdout)
+    if probe == "virtual":
+        result = run_json([sys.executable, "-c", VIRTUAL_RUN, *_run("cpu"), *overrides])
+    else:
+        result = run_json(TRAIN_JSON, _run(device) + overrides)
     result["wall_s"] = time.perf_counter() - started
     return result
 

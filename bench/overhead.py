@@ -42,7 +42,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,22 +80,16 @@ def overrides(config: list[str], *, steps: int, device: str, quick: bool) -> lis
 
 def run_elastune(sets: list[str]) -> dict[str, Any]:
     """`elastune train` in a fresh process: its JSON result."""
-    return _run([sys.executable, "-m", "elastune.cli", "train", "--format", "json"], sets)
+    from record import TRAIN_JSON, run_json
+
+    return run_json(TRAIN_JSON, sets)
 
 
 def run_bare(sets: list[str], data: str) -> dict[str, Any]:
     """The bare loop (`bare()` below) in a fresh process."""
-    return _run([sys.executable, str(Path(__file__).resolve()), "--worker", data], sets)
+    from record import run_json
 
-
-def _run(command: list[str], sets: list[str]) -> dict[str, Any]:
-    for item in sets:
-        command += ["--set", item]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[1:4])} {sets}: exit {done.returncode}\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return run_json([sys.executable, str(Path(__file__).resolve()), "--worker", data], sets)
 
 
 def steady_rate(windows: list[tuple[int, float]], samples: int, seconds: float) -> tuple[float, int]:

@@ -24,6 +24,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -149,6 +150,21 @@ def machine(device: str | None = None) -> dict[str, Any]:
         with contextlib.suppress(ImportError):
             info[package] = __import__(package).__version__
     return info
+
+
+TRAIN_JSON = [sys.executable, "-m", "elastune.cli", "train", "--format", "json"]
+
+
+def run_json(command: list[str], sets: Sequence[str] = ()) -> dict[str, Any]:
+    """`command` (with `--set ITEM` for each of `sets`) in a fresh process, whose standard output is
+    one JSON object: that object. Where it fails, the error names the command, the exit status and
+    the tail of its standard error."""
+    args = [*command, *(arg for item in sets for arg in ("--set", item))]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{shlex.join(args[1:])}: exit {done.returncode}\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 def commit() -> tuple[str | None, bool | None]:
