@@ -656,17 +656,19 @@ def variants_record(args: argparse.Namespace, spec: Any, grid: dict[str, dict[st
         "tuner-variants",
         "Tuner: sampler variants on the design seeds (trials to 95% of the grid's best, as a share)",
         figures,
-        settings={
-            "design_seeds": [DESIGN_SEEDS.start, DESIGN_SEEDS.stop - 1],
-            "block": BLOCK,
-            "grid": str(args.grid.name),
-        },
+        settings=_seed_settings(args, design_seeds=DESIGN_SEEDS),
         notes=[
             "design seeds only, disjoint from the tuning (0-29) and the test seeds (30-209): a variant chosen "
             "here is then measured on the test seeds (bench/tuner.py seeds)",
         ],
         table={"columns": ["variant", "TPE options", "trials per seed", "wall s"], "rows": rows},
     )
+
+
+def _seed_settings(args: argparse.Namespace, **seed_sets: range) -> dict[str, Any]:
+    """A seeds record's settings: each named set of seeds as [first, last], the block, the grid."""
+    sets: dict[str, Any] = {name: [seeds.start, seeds.stop - 1] for name, seeds in seed_sets.items()}
+    return sets | {"block": BLOCK, "grid": str(args.grid.name)}
 
 
 def seed_blocks(
@@ -764,12 +766,7 @@ def _seeds_record(args: argparse.Namespace, res: dict[str, Any]) -> None:
         "tuner-seeds",
         "Tuner: trials to reach the grid's best, over 180 test seeds in blocks",
         figures,
-        settings={
-            "tuning_seeds": [TUNING_SEEDS.start, TUNING_SEEDS.stop - 1],
-            "test_seeds": [TEST_SEEDS.start, TEST_SEEDS.stop - 1],
-            "block": BLOCK,
-            "grid": str(args.grid.name),
-        },
+        settings=_seed_settings(args, tuning_seeds=TUNING_SEEDS, test_seeds=TEST_SEEDS),
         notes=[
             "a replay of the sweep's own searcher over the cached grid (bench/tuner_grid_windows.jsonl); the "
             "sampler's design was chosen on the tuning seeds, so only the test seeds are the result; a seed that "
