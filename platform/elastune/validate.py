@@ -32,7 +32,14 @@ from elastune.workloads import WorkloadError, build_workload
 from elastune.workloads.hf import HFOptions
 from elastune.workloads.lm import LMOptions
 
-__all__ = ["component_problems", "config_problems", "load_run_config", "validate_run_config"]
+__all__ = [
+    "as_given",
+    "component_problems",
+    "config_problems",
+    "data_files_from",
+    "load_run_config",
+    "validate_run_config",
+]
 
 
 def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
@@ -46,21 +53,21 @@ def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = (
     source = str(path) if path is not None else None
     taken: dict[str, tuple[str, str]] = {}
     if path is not None:
-        raw, taken = _data_files_from(read_yaml_mapping(Path(path)), Path(path))
+        raw, taken = data_files_from(read_yaml_mapping(Path(path)), Path(path))
     raw = apply_overrides(raw, parse_overrides(overrides))
     try:
         return validate_run_config(raw, source=source)
     except ConfigError as exc:
         if not taken:
             raise
-        said = [_as_given(p, taken, str(path)) for p in exc.problems]
+        said = [as_given(p, taken, str(path)) for p in exc.problems]
         raise ConfigError(said, source=source) from None
 
 
 DATA_FILES = ("path", "eval_path")  # the data.* keys that name a file
 
 
-def _data_files_from(raw: dict[str, Any], config_file: Path) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+def data_files_from(raw: dict[str, Any], config_file: Path) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
     """`raw` with each relative data file taken from `config_file`'s folder, and what was taken:
     {"data.path": (as written, the path tried)}."""
     data = raw.get("data")
@@ -76,7 +83,7 @@ def _data_files_from(raw: dict[str, Any], config_file: Path) -> tuple[dict[str, 
     return {**raw, "data": data}, taken
 
 
-def _as_given(problem: Problem, taken: Mapping[str, tuple[str, str]], config_file: str) -> Problem:
+def as_given(problem: Problem, taken: Mapping[str, tuple[str, str]], config_file: str) -> Problem:
     """A problem with a data file taken from the config file's folder, said with the value as
     written, the path tried and what it was taken from."""
     written, tried = taken.get(problem.path, (None, None))

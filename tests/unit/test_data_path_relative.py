@@ -123,3 +123,58 @@ def test_a_config_that_is_not_a_yaml_file_takes_no_folder(layout: tuple[Path, Pa
     with pytest.raises(ConfigError, match="taken from the working directory") as caught:
         validate_run_config({"data": {"source": "table", "schema": SCHEMA, "path": "clicks.csv"}})
     assert str(work / "clicks.csv") in str(caught.value)
+
+
+# -- a sweep spec's base: the same rule, from the spec file's folder
+
+
+def write_spec(folder: Path, data: dict[str, object]) -> Path:
+    spec = folder / "sweep.yaml"
+    base = {"data": {"source": "table", "schema": SCHEMA, **data}, "eval": {"samples": 256}}
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "rel",
+                "base": base,
+                "parameters": {"batch.micro": {"type": "choice", "values": [256, 512]}},
+                "constraints": {"effective_batch": 512},
+            }
+        )
+    )
+    return spec
+
+
+def test_a_relative_data_file_in_a_sweep_specs_base_is_taken_from_its_folder(layout: tuple[Path, Path]) -> None:
+    from elastune.tuning.spec import load_sweep_spec
+
+    configs, work = layout
+    table(configs / "clicks.csv")
+    spec = load_sweep_spec(write_spec(configs, {"path": "clicks.csv"}))
+    assert spec.base["data"]["path"] == str(configs / "clicks.csv")  # what every trial reads, wherever it runs
+    assert not (work / "clicks.csv").exists()
+
+
+def test_a_sweep_specs_data_file_given_with_set_is_taken_from_the_working_directory(
+    layout: tuple[Path, Path],
+) -> None:
+    from elastune.tuning.spec import load_sweep_spec
+
+    configs, work = layout
+    table(configs / "clicks.csv")
+    table(work / "mine.csv")
+    spec = load_sweep_spec(write_spec(configs, {"path": "clicks.csv"}), ["base.data.path=mine.csv"])
+    assert spec.base["data"]["path"] == "mine.csv"
+
+
+def test_a_missing_file_in_a_sweep_spec_says_the_path_tried_and_from_what(layout: tuple[Path, Path]) -> None:
+    from elastune.tuning.spec import load_sweep_spec
+
+    configs, _ = layout
+    spec_file = write_spec(configs, {"path": "clickz.csv"})
+    with pytest.raises(ConfigError) as caught:
+        load_sweep_spec(spec_file)
+    said = " ".join(str(caught.value).split())
+    assert (
+        f"base.data.path='clickz.csv': tried {configs / 'clickz.csv'} (a relative path in {spec_file} is taken "
+        "from that file's folder)"
+    ) in said, said

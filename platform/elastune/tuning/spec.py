@@ -50,7 +50,7 @@ from elastune.dotted import nest
 from elastune.errors import MISSING, ConfigError, Problem
 from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points, point_problem
 from elastune.units import MAX_BYTES, parse_bytes
-from elastune.validate import component_problems, config_problems
+from elastune.validate import as_given, component_problems, config_problems, data_files_from
 from elastune.workloads import WorkloadError, build_workload
 from elastune.workloads.registry import option_keys, options_model, resolve
 
@@ -360,10 +360,25 @@ class SweepSpec(_Section):
 
 
 def load_sweep_spec(path: Path | str, overrides: Sequence[str] = ()) -> SweepSpec:
-    """Read a spec file, apply `--set`-style overrides (`budget.max_trials=4`), validate all of it."""
+    """Read a spec file, apply `--set`-style overrides (`budget.max_trials=4`), validate all of it.
+
+    A relative data file in the file's base (base.data.path, base.data.eval_path) is taken from the
+    file's folder, as in a run config, so a spec and its data move together and every trial reads
+    the same file wherever it runs; one given with --set is taken from the working directory."""
     source = str(path)
-    raw = apply_overrides(read_yaml_mapping(Path(path)), parse_overrides(overrides))
-    return validate_sweep_spec(raw, source=source)
+    raw = read_yaml_mapping(Path(path))
+    taken: dict[str, tuple[str, str]] = {}
+    if isinstance(raw.get("base"), Mapping):
+        base, taken = data_files_from(dict(raw["base"]), Path(path))
+        raw = {**raw, "base": base}
+    raw = apply_overrides(raw, parse_overrides(overrides))
+    try:
+        return validate_sweep_spec(raw, source=source)
+    except ConfigError as exc:
+        if not taken:
+            raise
+        given = {f"base.{key}": value for key, value in taken.items()}
+        raise ConfigError([as_given(p, given, source) for p in exc.problems], source=source) from None
 
 
 def validate_sweep_spec(raw: Mapping[str, Any], source: str | None = None) -> SweepSpec:
