@@ -14,10 +14,10 @@ no micro-batch split, no loss bookkeeping, no progress reports, no checkpoint. I
   no data cost at all; this is the comparison the >= 0.97 target is for (its batches are read long
   before their step, out of the caches: on a fast config, a batch read just before its step can
   train faster than one of these);
-* `read`: each step's batch read from the source in place, between steps, as the loop read it
-  before data/source.py's ReadAhead;
-* `read-ahead`: through ReadAhead, as the loop reads it now (against it, elastune's ratio is the
-  loop's own code alone).
+* `read`: each step's batch read from the source in place, between steps, as training/loop.py
+  reads it;
+* `read-ahead`: through data/source.py's ReadAhead, which the loop does not use yet: what reading
+  ahead on a thread would save a bare loop.
 
 Both sides are timed alike: from the first step after `warmup_steps`, in windows of 10 steps (the
 CLI's progress interval), the leading windows still warming up left out (training/throughput.py
