@@ -201,6 +201,7 @@ def final_report(result: TrainResult, loop_config: dict[str, Any]) -> TrialRepor
         samples=result.samples,
         step=result.steps,
         progress_pct=100,
+        loss=result.train_loss,  # the run's mean training loss
         samples_per_s=result.samples_per_s,
         units_per_s=result.units_per_s,
         units=result.units,

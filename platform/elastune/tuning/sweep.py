@@ -52,7 +52,7 @@ from elastune.tuning.state import (
     write_local_spec,
 )
 from elastune.units import human_bytes
-from elastune.workloads.quality import QualityMetric
+from elastune.workloads.quality import QualityMetric, unlearned_warning
 
 __all__ = [
     "Interruption",
@@ -628,6 +628,10 @@ def _run_reference(
             f"reference: {trial.samples_per_s or 0:,.0f} samples/s, eval {record.quality_metric} {trial.quality:.4f} "
             f"({better} is better)"
         )
+        # a reference that learned nothing makes every quality check a comparison with noise
+        unlearned = unlearned_warning(trial.metrics, last.loss) if last.loss is not None else None
+        if unlearned is not None:
+            echo(f"warning: the reference's {unlearned}")
     else:
         echo(f"reference did not finish ({trial.status}: {trial.error}); the quality check is off for this sweep")
     return trial

@@ -43,7 +43,7 @@ def test_the_quick_lm_sweep_searches_the_sequence_knobs(ray_local: Any, tmp_path
     assert all(t.units == "tokens" and t.samples_per_s and 2 < t.units_per_s / t.samples_per_s < 32 for t in finished)
 
 
-def test_an_lm_sweep_on_your_own_text(ray_local: Any, tmp_path: Path) -> None:
+def test_an_lm_sweep_on_your_own_text(ray_local: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """data.source=text through the whole sweep: validation trains the tokenizer once (cached under
     the sweep's home), the trials on Ray read it, and MLflow keeps it on the sweep's parent run."""
     import mlflow
@@ -66,6 +66,41 @@ def test_an_lm_sweep_on_your_own_text(ray_local: Any, tmp_path: Path) -> None:
     assert record.status == "finished"
     finished = [t for t in record.trials if t.status == "ok"]
     assert len(finished) >= 2 and all(t.quality < 300 for t in finished)  # below a uniform guess over the vocabulary
+    said = capsys.readouterr()
+    assert "warning: the reference's" not in said.out + said.err  # it learned
     client = mlflow.tracking.MlflowClient(uri)
     names = [a.path for a in client.list_artifacts(record.mlflow_run_id, "tokenizer")]
     assert names == ["tokenizer/tokenizer.json"]
+
+
+def test_a_reference_that_learned_nothing_is_warned_about_on_the_sweep_console(
+    ray_local: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Twenty documents of random letters, half held out, 80 steps (tests/unit/test_text_stats.py's
+    case): the reference memorizes its ten and guesses the held-out ones worse than uniformly, and the
+    sweep says so under the reference's figures, since every quality check compares with it."""
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(400)]
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("\n".join(" ".join(rng.sample(words, 12)) for _ in range(20)) + "\n")
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["base"]["workload_options"] = {"layers": 1, "heads": 2, "context": 32}
+    raw["base"]["model"] = {"embedding_dim": 32}
+    raw["base"]["eval"] = {"samples": 256}
+    raw["base"]["warmup_steps"] = 1
+    raw["base"]["data"] = {"source": "text", "path": str(corpus)}
+    raw["parameters"] = {"workload_options.padding": {"type": "choice", "values": ["static", "packed"]}}
+    raw["budget"] = {"max_trials": 1, "max_concurrent": 1, "trial_steps": 80}
+    raw["confirm"] = {"top": 0}
+    record = run_sweep(
+        SweepSpec.model_validate(raw), SweepOptions(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", home=tmp_path)
+    )
+    assert record.status == "finished"
+    (reference,) = [t for t in record.trials if t.trial_id == "reference"]
+    assert reference.metrics["perplexity"] > reference.metrics["baseline_perplexity"]
+    said = capsys.readouterr()
+    warned = [line for line in (said.out + said.err).splitlines() if line.startswith("warning: the reference's")]
+    assert len(warned) == 1, said.out + said.err
+    assert "eval perplexity" in warned[0] and "worse than guessing uniformly" in warned[0], warned[0]
