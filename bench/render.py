@@ -41,15 +41,21 @@ absolute figures compare only on the same machine, and a CPU without native bf16
 """
 
 
-def render(folder: Path = RECORDS) -> str:
+def histories(folder: Path = RECORDS) -> dict[str, list[tuple[Path, Record]]]:
+    """Each benchmark's records, oldest first (by date, then name): the last is its current one."""
     records: dict[str, list[tuple[Path, Record]]] = {}
     for path in sorted(folder.glob("*.json")):
         record = load_record(path)
         records.setdefault(record.benchmark, []).append((path, record))
+    return {name: sorted(rs, key=lambda pr: (pr[1].date, pr[0].name)) for name, rs in records.items()}
+
+
+def render(folder: Path = RECORDS) -> str:
+    records = histories(folder)
     names = [n for n in ORDER if n in records] + sorted(n for n in records if n not in ORDER)
     parts = [HEADER]
     for name in names:
-        history = sorted(records[name], key=lambda pr: (pr[1].date, pr[0].name))
+        history = records[name]
         parts.append(_section(name, history[-1], [p for p, _ in history[:-1]]))
     return "\n".join(parts)
 
