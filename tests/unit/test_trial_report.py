@@ -31,6 +31,7 @@ def result(peak: int = 800, logloss: float = 0.505) -> SimpleNamespace:
         quality_direction="min",
         quality=logloss,
         oom_retries=1,
+        train_loss=0.498,
     )
 
 
@@ -40,7 +41,7 @@ def ranked_result(recall: float) -> SimpleNamespace:
         samples=4096, steps=8, samples_per_s=1.0, units_per_s=40.0, units="tokens", peak_memory_bytes=800,
         peak_memory_kind="cpu_rss_hwm",
         metrics={"recall": recall}, quality_metric="recall", quality_direction="max", quality=recall,
-        oom_retries=0, window_samples_per_s=[], warmup_windows=0,
+        oom_retries=0, window_samples_per_s=[], warmup_windows=0, train_loss=2.5,
     )  # fmt: skip
 
 
@@ -50,6 +51,7 @@ def test_a_final_report_reads_back_as_itself_among_tunes_own_keys() -> None:
     assert TrialReport.from_metrics(tune_result) == sent
     assert sent.final and sent.status == "ok" and sent.quality_ok is True
     assert (sent.samples_per_s_quartiles, sent.windows) == ([0.9, 1.0, 1.1], 5)  # the windows' spread
+    assert sent.loss == 0.498  # the run's training loss: the sweep's unlearned-reference warning reads it
     assert sent.constraints is not None and sent.constraints.memory < 0 and sent.constraints.quality < 0
 
 
