@@ -142,3 +142,19 @@ def test_a_dirty_tree_is_refused_before_the_run_unless_allowed(tmp_path: Path) -
     assert run("--allow-dirty").returncode == 0
     (dirty,) = (repo / "bench" / "records").glob("*.json")
     assert json.loads(dirty.read_text())["dirty"] is True
+
+
+def test_every_cpu_benchmarks_current_record_is_a_clean_run(bench_modules: tuple[object, object]) -> None:
+    """Only a GPU figure may stand on a transcribed record or one from a tree with uncommitted
+    changes (a GPU machine is lent at times; this machine is always here to re-measure on)."""
+    _, render = bench_modules
+    unclean = []
+    for name, history in render.histories().items():  # type: ignore[attr-defined]
+        path, current = history[-1]
+        if current.machine.get("gpu"):
+            continue
+        if current.source != "run":
+            unclean.append(f"{name}: its current record {path.name} is {current.source}")
+        elif current.dirty is not False:
+            unclean.append(f"{name}: its current record {path.name} comes from a dirty tree")
+    assert not unclean, "\n".join(unclean)
