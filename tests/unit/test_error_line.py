@@ -46,3 +46,12 @@ def test_the_hosts_memory_monitor_is_still_named() -> None:
 
 def test_a_long_device_line_is_cut_to_500_characters() -> None:
     assert len(error_line("torch.OutOfMemoryError: CUDA out of memory. " + "x" * 900)) == 500
+
+
+def test_an_out_of_memory_in_the_update_on_the_virtual_device_is_told_as_elastunes() -> None:
+    """No CUDA in the text (EDO's virtual device raises its own): elastune's line alone says it."""
+    text = (
+        "torch.OutOfMemoryError: EDO: trial 't1' step 3 peaked at 9 bytes, over its grant of 8 on virtual:0\n"
+        "elastune.errors.OutOfMemory: out of memory in the optimizer update of step 4 (batch.micro=64): lower it"
+    )
+    assert error_line(text).startswith("elastune.errors.OutOfMemory: out of memory in the optimizer update")

@@ -70,6 +70,47 @@ def test_oom_that_cannot_shrink_is_a_clear_error(tiny_cfg: MakeCfg) -> None:
         train(tiny_cfg("batch.micro=4"), fault=always)
 
 
+def test_oom_in_the_update_is_an_out_of_memory_that_says_where_and_what_to_change(
+    tiny_cfg: MakeCfg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The update is not retried (some tables may be updated already): a sweep records the trial as
+    out of memory, with the fix, instead of failing it with torch's bare message."""
+    from elastune.training.optim import Optimizers
+
+    def no_memory(self: Optimizers, scaler: object) -> None:
+        raise torch.OutOfMemoryError("injected: CUDA out of memory. Tried to allocate 64.00 MiB")
+
+    monkeypatch.setattr(Optimizers, "step", no_memory)
+    with pytest.raises(OutOfMemory) as caught:
+        train(tiny_cfg("batch.micro=32", "batch.accum=2"))
+    said = str(caught.value)
+    assert said.startswith("out of memory in the optimizer update of step 1 (batch.micro=32): "), said
+    assert "lower batch.micro x batch.accum" in said and said.endswith("Tried to allocate 64.00 MiB"), said
+
+
+def test_oom_in_evaluation_says_to_lower_the_eval_batch(tiny_cfg: MakeCfg, monkeypatch: pytest.MonkeyPatch) -> None:
+    import elastune.training.loop as loop
+
+    def no_memory(*args: object) -> dict[str, float]:
+        raise torch.OutOfMemoryError("injected: CUDA out of memory")
+
+    monkeypatch.setattr(loop, "evaluate_workload", no_memory)
+    said = r"^out of memory in evaluation \(eval batches of 64\): set eval\.batch lower"
+    with pytest.raises(OutOfMemory, match=said):
+        train(tiny_cfg("batch.micro=64", "batch.accum=1"))
+
+
+def test_other_errors_in_the_update_are_not_swallowed(tiny_cfg: MakeCfg, monkeypatch: pytest.MonkeyPatch) -> None:
+    from elastune.training.optim import Optimizers
+
+    def broken(self: Optimizers, scaler: object) -> None:
+        raise RuntimeError("something else broke")
+
+    monkeypatch.setattr(Optimizers, "step", broken)
+    with pytest.raises(RuntimeError, match=r"^something else broke$"):
+        train(tiny_cfg())
+
+
 def test_non_oom_errors_are_not_swallowed(tiny_cfg: MakeCfg) -> None:
     def broken(step: int, index: int) -> None:
         raise RuntimeError("something else broke")

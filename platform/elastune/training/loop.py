@@ -12,10 +12,11 @@ and the time reports take, are training/throughput.py's).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -188,8 +189,10 @@ def train(
         except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError
             _recover_from_oom(state, opts, device, exc, parallel)
             continue
-        # update: the only place parameters change
-        opts.step(scaler)
+        # update: the only place parameters change (not retried: some tables may be updated already)
+        where = f"the optimizer update of step {state.step + 1} (batch.micro={state.micro})"
+        with _out_of_memory_in(where, _UPDATE_FIX):
+            opts.step(scaler)
         opts.zero_grad()
         batch = None
         state.step += 1
@@ -209,7 +212,7 @@ def train(
     # -- evaluate, then measure: eval runs at the micro-batch size, inside the memory window
     model.eval()
     held_out = source.eval_batches(cfg.eval.samples, cfg.eval.batch or state.micro)
-    with autocast():
+    with autocast(), _out_of_memory_in(f"evaluation (eval batches of {cfg.eval.batch or state.micro})", _EVAL_FIX):
         metrics = evaluate_workload(workload, model, held_out, device)
     return _result(cfg, workload, state, measured, losses.mean(), metrics, probe.peak(), device, rank)
 
@@ -309,6 +312,29 @@ def _result(
         window_samples_per_s=measured.window_rates,
         warmup_windows=measured.warmup_windows,
     )
+
+
+# What to change where memory runs out outside the step's forward and backward (which the loop
+# retries at half the micro-batch): the update's memory does not shrink with the micro-batch, and
+# evaluation runs at eval.batch.
+_UPDATE_FIX = (
+    "the update holds the step's touched rows and the optimizer's state, which a smaller micro-batch "
+    "does not shrink: lower batch.micro x batch.accum, use a smaller table or a row-wise sparse optimizer, "
+    "or raise the memory"
+)
+_EVAL_FIX = "set eval.batch lower (it defaults to batch.micro)"
+
+
+@contextlib.contextmanager
+def _out_of_memory_in(where: str, fix: str) -> Iterator[None]:
+    """An OOM inside the block raised as elastune's OutOfMemory, saying where and what to change (a
+    sweep records such a trial as out of memory, not as failed); any other error as it was."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if not is_oom(exc):
+            raise
+        raise OutOfMemory(f"out of memory in {where}: {fix}; {exc}") from exc
 
 
 def _recover_from_oom(

@@ -203,7 +203,7 @@ KILLED_FROM_OUTSIDE_TEXT = {
 
 # The trial's own device running out (torch's OutOfMemoryError, whose class name Ray's memory monitor
 # shares): said in the trial's words, never as the host's memory monitor.
-DEVICE_OUT_OF_MEMORY = ("CUDA out of memory", "out of memory at batch.micro=")
+DEVICE_OUT_OF_MEMORY = ("CUDA out of memory", "OutOfMemory: out of memory ")  # torch's; elastune's (errors.py)
 
 
 def error_line(text: str) -> str:
