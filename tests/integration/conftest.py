@@ -59,12 +59,19 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def free_port() -> Callable[[], int]:
-    """A factory: a TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A factory: a TCP port on 127.0.0.1 that nothing listens on right now, and never one it gave
+    before in this session (the kernel may hand a closed port out again at once: a Ray head given the
+    same port for its dashboard and its agent refused to start)."""
+    given: set[int] = set()
 
     def pick() -> int:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            return int(sock.getsockname()[1])
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in given:
+                given.add(port)
+                return port
 
     return pick
 

@@ -189,10 +189,8 @@ def train(
         except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError
             _recover_from_oom(state, opts, device, exc, parallel)
             continue
-        # update: the only place parameters change (not retried: some tables may be updated already)
-        where = f"the optimizer update of step {state.step + 1} (batch.micro={state.micro})"
-        with _out_of_memory_in(where, _UPDATE_FIX):
-            opts.step(scaler)
+        with _oom_in(f"the optimizer update of step {state.step + 1} (batch.micro={state.micro})", _UPDATE_FIX):
+            opts.step(scaler)  # the only place parameters change; not retried: some may have changed already
         opts.zero_grad()
         batch = None
         state.step += 1
@@ -212,7 +210,7 @@ def train(
     # -- evaluate, then measure: eval runs at the micro-batch size, inside the memory window
     model.eval()
     held_out = source.eval_batches(cfg.eval.samples, cfg.eval.batch or state.micro)
-    with autocast(), _out_of_memory_in(f"evaluation (eval batches of {cfg.eval.batch or state.micro})", _EVAL_FIX):
+    with autocast(), _oom_in(f"evaluation (eval batches of {cfg.eval.batch or state.micro})", _EVAL_FIX):
         metrics = evaluate_workload(workload, model, held_out, device)
     return _result(cfg, workload, state, measured, losses.mean(), metrics, probe.peak(), device, rank)
 
@@ -326,7 +324,7 @@ _EVAL_FIX = "set eval.batch lower (it defaults to batch.micro)"
 
 
 @contextlib.contextmanager
-def _out_of_memory_in(where: str, fix: str) -> Iterator[None]:
+def _oom_in(where: str, fix: str) -> Iterator[None]:
     """An OOM inside the block raised as elastune's OutOfMemory, saying where and what to change (a
     sweep records such a trial as out of memory, not as failed); any other error as it was."""
     try:
