@@ -11,9 +11,10 @@ config that was already checked (a Ray trial) rebuilds it with `RunConfig.model_
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,11 @@ from elastune.workloads.hf import HFOptions
 from elastune.workloads.lm import LMOptions
 
 __all__ = [
-    "as_given",
     "component_problems",
     "config_problems",
-    "data_files_from",
+    "data_files_said",
     "load_run_config",
+    "read_with_data_files",
     "validate_run_config",
 ]
 
@@ -50,40 +51,52 @@ def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = (
     working directory, as a shell argument is. The file is the user's own input, free to name files;
     a config read back from a store (a sweep's best) never comes through here."""
     raw: dict[str, Any] = {}
-    source = str(path) if path is not None else None
     taken: dict[str, tuple[str, str]] = {}
     if path is not None:
-        raw, taken = data_files_from(read_yaml_mapping(Path(path)), Path(path))
+        raw, taken = read_with_data_files(Path(path))
     raw = apply_overrides(raw, parse_overrides(overrides))
-    try:
+    source = str(path) if path is not None else None
+    with data_files_said(taken, source):
         return validate_run_config(raw, source=source)
-    except ConfigError as exc:
-        if not taken:
-            raise
-        said = [as_given(p, taken, str(path)) for p in exc.problems]
-        raise ConfigError(said, source=source) from None
 
 
 DATA_FILES = ("path", "eval_path")  # the data.* keys that name a file
 
 
-def data_files_from(raw: dict[str, Any], config_file: Path) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
-    """`raw` with each relative data file taken from `config_file`'s folder, and what was taken:
-    {"data.path": (as written, the path tried)}."""
-    data = raw.get("data")
-    if not isinstance(data, Mapping):
+def read_with_data_files(config_file: Path, under: str = "") -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+    """The YAML file's mapping with each relative data file (in `under`'s data section: "" for a run
+    config, "base" for a sweep spec) taken from the file's folder, and what was taken:
+    {"data.path": (as written, the path tried)}, keys under `under`."""
+    raw = read_yaml_mapping(config_file)
+    section = raw.get(under) if under else raw
+    data = section.get("data") if isinstance(section, Mapping) else None
+    if not isinstance(section, Mapping) or not isinstance(data, Mapping):
         return raw, {}
     folder = config_file.absolute().parent
     data, taken = dict(data), {}
+    prefix = f"{under}.data." if under else "data."
     for key in DATA_FILES:
         given = data.get(key)
         if isinstance(given, str) and given.strip() and not Path(given).expanduser().is_absolute():
             data[key] = str(folder / given)
-            taken[f"data.{key}"] = (given, data[key])
-    return {**raw, "data": data}, taken
+            taken[prefix + key] = (given, data[key])
+    section = {**section, "data": data}
+    return ({**raw, under: section} if under else section), taken
 
 
-def as_given(problem: Problem, taken: Mapping[str, tuple[str, str]], config_file: str) -> Problem:
+@contextlib.contextmanager
+def data_files_said(taken: Mapping[str, tuple[str, str]], config_file: str | None) -> Iterator[None]:
+    """A ConfigError raised inside, with each problem of a data file taken from the config file's
+    folder said as written, with the path tried and what it was taken from."""
+    try:
+        yield
+    except ConfigError as exc:
+        if not taken or config_file is None:
+            raise
+        raise ConfigError([_as_given(p, taken, config_file) for p in exc.problems], source=exc.source) from None
+
+
+def _as_given(problem: Problem, taken: Mapping[str, tuple[str, str]], config_file: str) -> Problem:
     """A problem with a data file taken from the config file's folder, said with the value as
     written, the path tried and what it was taken from."""
     written, tried = taken.get(problem.path, (None, None))

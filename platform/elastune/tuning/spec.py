@@ -44,13 +44,12 @@ from elastune.config import (
     moved_key_message,
     parse_overrides,
     problems_from_validation,
-    read_yaml_mapping,
 )
 from elastune.dotted import nest
 from elastune.errors import MISSING, ConfigError, Problem
 from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points, point_problem
 from elastune.units import MAX_BYTES, parse_bytes
-from elastune.validate import as_given, component_problems, config_problems, data_files_from
+from elastune.validate import component_problems, config_problems, data_files_said, read_with_data_files
 from elastune.workloads import WorkloadError, build_workload
 from elastune.workloads.registry import option_keys, options_model, resolve
 
@@ -365,20 +364,10 @@ def load_sweep_spec(path: Path | str, overrides: Sequence[str] = ()) -> SweepSpe
     A relative data file in the file's base (base.data.path, base.data.eval_path) is taken from the
     file's folder, as in a run config, so a spec and its data move together and every trial reads
     the same file wherever it runs; one given with --set is taken from the working directory."""
-    source = str(path)
-    raw = read_yaml_mapping(Path(path))
-    taken: dict[str, tuple[str, str]] = {}
-    if isinstance(raw.get("base"), Mapping):
-        base, taken = data_files_from(dict(raw["base"]), Path(path))
-        raw = {**raw, "base": base}
+    raw, taken = read_with_data_files(Path(path), under="base")
     raw = apply_overrides(raw, parse_overrides(overrides))
-    try:
-        return validate_sweep_spec(raw, source=source)
-    except ConfigError as exc:
-        if not taken:
-            raise
-        given = {f"base.{key}": value for key, value in taken.items()}
-        raise ConfigError([as_given(p, given, source) for p in exc.problems], source=source) from None
+    with data_files_said(taken, str(path)):
+        return validate_sweep_spec(raw, source=str(path))
 
 
 def validate_sweep_spec(raw: Mapping[str, Any], source: str | None = None) -> SweepSpec:
