@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, NoReturn, ParamSpec, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -189,8 +189,7 @@ def train(
         except RuntimeError as exc:  # torch.OutOfMemoryError is a RuntimeError
             _recover_from_oom(state, opts, device, exc, parallel)
             continue
-        with _oom_in(f"the optimizer update of step {state.step + 1} (batch.micro={state.micro})", _UPDATE_FIX):
-            opts.step(scaler)  # the only place parameters change; not retried: some may have changed already
+        _update(opts, scaler, state)  # the only place parameters change
         opts.zero_grad()
         batch = None
         state.step += 1
@@ -323,16 +322,31 @@ _UPDATE_FIX = (
 _EVAL_FIX = "set eval.batch lower (it defaults to batch.micro)"
 
 
+def _update(opts: Optimizers, scaler: Any, state: LoopState) -> None:
+    """The step's optimizer update. An OOM here is not retried (some tables may be updated already):
+    it ends the run as elastune's OutOfMemory, saying where and what to change."""
+    try:
+        opts.step(scaler)
+    except RuntimeError as exc:
+        where = f"the optimizer update of step {state.step + 1} (batch.micro={state.micro})"
+        _raise_as_out_of_memory(exc, where, _UPDATE_FIX)
+
+
 @contextlib.contextmanager
 def _oom_in(where: str, fix: str) -> Iterator[None]:
-    """An OOM inside the block raised as elastune's OutOfMemory, saying where and what to change (a
-    sweep records such a trial as out of memory, not as failed); any other error as it was."""
+    """An OOM inside the block raised as elastune's OutOfMemory (see `_raise_as_out_of_memory`)."""
     try:
         yield
     except RuntimeError as exc:
-        if not is_oom(exc):
-            raise
-        raise OutOfMemory(f"out of memory in {where}: {fix}; {exc}") from exc
+        _raise_as_out_of_memory(exc, where, fix)
+
+
+def _raise_as_out_of_memory(exc: RuntimeError, where: str, fix: str) -> NoReturn:
+    """`exc` as elastune's OutOfMemory where it is an OOM (a sweep records such a trial as out of
+    memory, with this line, not as failed); any other error as it was."""
+    if not is_oom(exc):
+        raise exc
+    raise OutOfMemory(f"out of memory in {where}: {fix}; {exc}") from exc
 
 
 def _recover_from_oom(

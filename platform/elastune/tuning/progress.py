@@ -203,18 +203,18 @@ KILLED_FROM_OUTSIDE_TEXT = {
 
 # The trial's own device running out (torch's OutOfMemoryError, whose class name Ray's memory monitor
 # shares): said in the trial's words, never as the host's memory monitor.
-DEVICE_OUT_OF_MEMORY = ("CUDA out of memory", "OutOfMemory: out of memory ")  # torch's; elastune's (errors.py)
+TORCH_DEVICE_OOM = "CUDA out of memory"
+ELASTUNE_OOM = "OutOfMemory: out of memory "  # errors.py's OutOfMemory, as a traceback's last line says it
 
 
 def error_line(text: str) -> str:
     """One line for a trial's error: the line that says its device ran out of memory where it did;
     what ended it where something outside the trial did (Ray's memory monitor, a lost node, a killed
     worker); else the error's own last line."""
-    device_lines = [line.strip() for line in text.splitlines() if any(p in line for p in DEVICE_OUT_OF_MEMORY)]
-    if device_lines:
-        elastune_own = [line for line in device_lines if DEVICE_OUT_OF_MEMORY[1] in line]
-        line = (elastune_own or device_lines)[-1]
-        return line[:500]
+    lines = [line.strip() for line in text.splitlines()]
+    out_of_memory = [ln for ln in lines if ELASTUNE_OOM in ln] or [ln for ln in lines if TORCH_DEVICE_OOM in ln]
+    if out_of_memory:
+        return out_of_memory[-1][:500]
     for phrase, name in KILLED_FROM_OUTSIDE_TEXT.items():
         if phrase in text:
             text = name
