@@ -305,7 +305,11 @@ def _record(args: argparse.Namespace, raw: dict[str, Any]) -> None:
             figures,
             settings={"steps": args.steps, "device": args.device},
             device=args.device,
-            notes=["samples/s are single runs (they move 10-15% between runs); quality is the eval set's AUC."],
+            notes=[
+                "samples/s are single runs (they move 10-15% between runs); quality is the eval set's AUC.",
+                "predicted: the estimator's peak for DLRM, a workload in its fit half (bench/estimator.py ZOO_FIT): "
+                "a fit, not a held-out result",
+            ],
         )
     if "update" in raw:
         rows = raw["update"]

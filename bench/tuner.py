@@ -1135,6 +1135,11 @@ def _record(args: argparse.Namespace, res: dict[str, Any]) -> None:
                 "49k, 63k and 81k samples/s)."
             )
         ]
+        notes.append(  # the replay's seeds are 0..N-1: they start with the ones the sampler was designed on
+            f"seeds 0-{args.seeds - 1} include the tuning seeds {TUNING_SEEDS.start}-{TUNING_SEEDS.stop - 1}, on "
+            "which the sampler's design was chosen: its TPE figures here are a fit, not a result; the held-out "
+            "test seeds are in tuner-seeds (bench/tuner.py seeds)"
+        )
         write_record(
             "tuner-search",
             "Tuner: how fast the searcher finds the grid's best",
