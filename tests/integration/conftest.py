@@ -57,21 +57,45 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
+# Ports a test picks come from 20000-32767: above Ray's worker ports (10002-19999) and below the
+# kernel's ephemeral range (32768-60999 by default), from which the OS hands out the ports of every
+# process that binds port 0 (Ray's workers, raylets and agents of another test's cluster included).
+# A port picked from the ephemeral range can be taken by such a process between the pick and its use:
+# a Ray node given one then fails to start (seen in CI as a second node that never joined). Each
+# xdist worker gets its own slice, so two workers never pick the same port.
+_PICKED_PORTS = range(20000, 32768)
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index, count = int(worker) if worker.isdigit() else 0, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    size = len(_PICKED_PORTS) // max(count, 1)
+    return range(_PICKED_PORTS.start + index * size, _PICKED_PORTS.start + (index + 1) * size)
+
+
 @pytest.fixture(scope="session")
 def free_port() -> Callable[[], int]:
-    """A factory: a TCP port on 127.0.0.1 that nothing listens on right now, and never one it gave
-    before in this session (the kernel may hand a closed port out again at once: a Ray head given the
-    same port for its dashboard and its agent refused to start)."""
+    """A factory: a TCP port on 127.0.0.1 that nothing listens on right now, from this xdist
+    worker's slice of 20000-32767 (see above why not a port the OS picks), and never one it gave
+    before in this session (a Ray head given the same port for its dashboard and its agent refused
+    to start)."""
     given: set[int] = set()
+    ports = _port_slice()
+    start = ports.start + os.getpid() % len(ports)  # another session on the machine starts elsewhere
 
     def pick() -> int:
-        while True:
+        for offset in range(len(ports)):
+            port = ports.start + (start - ports.start + offset) % len(ports)
+            if port in given:
+                continue
+            given.add(port)
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            if port not in given:
-                given.add(port)
-                return port
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:  # in use
+                    continue
+            return port
+        raise RuntimeError(f"no free port left in {ports.start}-{ports.stop - 1}")
 
     return pick
 

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -66,8 +67,6 @@ def ray_token_head(
     ports = ["dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port"]
     ports += ["runtime-env-agent-port", "ray-client-server-port"]
     head += ["--disable-usage-stats", *(f"--{p}={free_port()}" for p in ports)]
-    second = [sys.executable, "-m", "tests.integration.served.second_node", f"127.0.0.1:{gcs}", "1"]
-    second += [str(free_port()) for _ in range(4)]
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
     env["ELASTUNE_HOME"] = str(folder / "elastune-home")  # where the cluster's jobs keep their files
@@ -80,7 +79,7 @@ def ray_token_head(
 
         def ready() -> bool:
             # The job agent is not ready when the dashboard first answers (Ray says 500 "No available agent").
-            assert all(n.poll() is None for n in nodes), (folder / "ray.log").read_text()[-3000:]
+            assert nodes[0].poll() is None, (folder / "ray.log").read_text()[-3000:]
             try:
                 JobSubmissionClient(cluster.address, headers=cluster.headers()).submit_job(entrypoint="true")
             except (RuntimeError, ConnectionError):
@@ -88,27 +87,56 @@ def ray_token_head(
             return True
 
         wait_until(lambda: nodes[0].poll() is not None or _listening(gcs), 60, "the Ray head's GCS")
-        nodes.append(
-            subprocess.Popen(second, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT)
-        )
+        nodes.append(_second_node(gcs, free_port, env, folder / "second-node-1.log"))
         wait_until(ready, 180, "the Ray job server to accept a job", interval_s=1.0)
-
-        def both_alive() -> bool:
-            try:
-                return len(cluster.alive_nodes()) == 2
-            except urllib.error.URLError:  # the dashboard refused one poll (seen once in CI): poll again
-                return False
-
-        wait_until(both_alive, 120, "the second Ray node to join", interval_s=0.5)
+        # A second node that dies or has not joined in 60 s is started again with new ports (twice at
+        # most); each try keeps its own log, and the failure shows them all.
+        for attempt in range(1, 4):
+            if _joined(cluster, nodes[-1], 60):
+                break
+            _kill_group(nodes.pop())
+            if attempt == 3:
+                tries = sorted(folder.glob("second-node-*.log"))
+                logs = "\n".join(f"{f.name}:\n{f.read_text()[-3000:]}" for f in tries)
+                pytest.fail(f"the second Ray node did not join in 3 tries of 60 s:\n{logs}")
+            nodes.append(_second_node(gcs, free_port, env, folder / f"second-node-{attempt + 1}.log"))
         yield cluster
     finally:
         # A throwaway cluster: SIGKILL each node's process group (a SIGTERM'd head drains for
         # 5-30 s, and nothing of it is kept). Every process of a node is in its group.
         for node in nodes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(node.pid, signal.SIGKILL)
-            node.wait()
+            _kill_group(node)
         log.close()
+
+
+def _second_node(gcs: int, free_port: Callable[[], int], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """served/second_node.py joining the head at `gcs` with 1 CPU, on ports picked now."""
+    command = [sys.executable, "-m", "tests.integration.served.second_node", f"127.0.0.1:{gcs}", "1"]
+    command += [str(free_port()) for _ in range(4)]
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT
+        )
+
+
+def _joined(cluster: RayHead, node: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Whether the dashboard lists two live nodes within `timeout_s`; False at once when `node`
+    (which exits when one of its processes dies) has exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and node.poll() is None:
+        try:
+            if len(cluster.alive_nodes()) == 2:
+                return True
+        except urllib.error.URLError:  # the dashboard refused one poll (seen once in CI): poll again
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def _kill_group(node: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(node.pid, signal.SIGKILL)
+    node.wait()
 
 
 def _listening(port: int) -> bool:
