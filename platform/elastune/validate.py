@@ -2,11 +2,13 @@
 only it knows, here and nowhere else.
 
 config.py is a leaf: it knows the shape of a run and imports no component. What depends on the
-components is asked of them after pydantic: the embedding registry says which strategies this build
-has, which update their own rows and what a backend's kernels cannot do; the workload says how many
-tables and rows there are. Every entry point that reads a config from outside (a YAML file,
-`--set`, a spec's base and values, the web UI) comes through `validate_run_config`; code handed a
-config that was already checked (a Ray trial) rebuilds it with `RunConfig.model_validate`.
+components is asked of them after pydantic (component_checks.py): the embedding registry says which
+strategies this build has, which update their own rows and what a backend's kernels cannot do; the
+workload says how many tables and rows there are. Those checks import torch, so a caller that only
+shows a config (`elastune config show` without --check) may stop at the fields. Every entry point
+that reads a config from outside (a YAML file, `--set`, a spec's base and values, the web UI) comes
+through `validate_run_config`; code handed a config that was already checked (a Ray trial) rebuilds
+it with `RunConfig.model_validate`.
 """
 
 from __future__ import annotations
@@ -14,27 +16,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from elastune.config import RunConfig, apply_overrides, parse_overrides, problems_from_validation, read_yaml_mapping
-from elastune.data.table import check_table_data
-from elastune.data.text import MIN_VOCAB, check_text_data
 from elastune.dotted import flatten
-from elastune.embeddings import get_strategy, strategies
-from elastune.embeddings.fbgemm import fbgemm_import_error, run_problems
-from elastune.embeddings.shared import validate_groups
-from elastune.embeddings.sparse_optim import ROW_OPTIMIZERS
-from elastune.errors import MISSING, ConfigError, DataError, Problem
-from elastune.workloads import WorkloadError, build_workload
-from elastune.workloads.hf import HFOptions
-from elastune.workloads.lm import LMOptions
+from elastune.errors import MISSING, ConfigError, Problem
 
 __all__ = [
-    "component_problems",
     "config_problems",
     "data_files_said",
     "load_run_config",
@@ -43,8 +35,11 @@ __all__ = [
 ]
 
 
-def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """Read YAML (or nothing: the embedded defaults), apply `--set` overrides, validate.
+def load_run_config(
+    path: Path | str | None = None, overrides: Sequence[str] = (), *, components: bool = True
+) -> RunConfig:
+    """Read YAML (or nothing: the embedded defaults), apply `--set` overrides, validate (the fields,
+    then, unless `components` is False, what the components refuse).
 
     A relative data file (data.path, data.eval_path) in the YAML file is taken from the file's
     folder, so a config and its data move together; one given with --set is taken from the
@@ -57,7 +52,7 @@ def load_run_config(path: Path | str | None = None, overrides: Sequence[str] = (
     raw = apply_overrides(raw, parse_overrides(overrides))
     source = str(path) if path is not None else None
     with data_files_said(taken, source):
-        return validate_run_config(raw, source=source)
+        return validate_run_config(raw, source=source, components=components)
 
 
 DATA_FILES = ("path", "eval_path")  # the data.* keys that name a file
@@ -106,23 +101,34 @@ def _as_given(problem: Problem, taken: Mapping[str, tuple[str, str]], config_fil
     return Problem(problem.path, written, f"{where}: {problem.message}")
 
 
-def validate_run_config(raw: Mapping[str, Any], source: str | None = None) -> RunConfig:
+def validate_run_config(raw: Mapping[str, Any], source: str | None = None, *, components: bool = True) -> RunConfig:
     """The RunConfig for `raw`, or one ConfigError with every problem."""
-    cfg, problems = config_problems(raw)
+    cfg, problems = config_problems(raw, components=components)
     if problems or cfg is None:
         raise ConfigError(problems, source=source)
     return cfg
 
 
-def config_problems(raw: Mapping[str, Any]) -> tuple[RunConfig | None, list[Problem]]:
+def config_problems(raw: Mapping[str, Any], *, components: bool = True) -> tuple[RunConfig | None, list[Problem]]:
     """(the config, []) or (None or the config, its problems): every problem at once. pydantic's
-    come first; the components' once every field is valid (they read a whole config), or, where
-    pydantic refused values, on the rest (`_beyond_refused`)."""
+    come first; the components' (unless `components` is False) once every field is valid (they
+    read a whole config), or, where pydantic refused values, on the rest (`_beyond_refused`)."""
+    checks = _component_problems if components else _no_checks
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as exc:
-        return None, _beyond_refused(raw, exc)
-    return cfg, component_problems(cfg)
+        return None, _beyond_refused(raw, exc, checks)
+    return cfg, checks(cfg)
+
+
+def _component_problems(cfg: RunConfig) -> list[Problem]:
+    from elastune.component_checks import component_problems  # torch, the workload's code
+
+    return component_problems(cfg)
+
+
+def _no_checks(cfg: RunConfig) -> list[Problem]:
+    return []
 
 
 # Each pass sets aside at least one more value; a config has three levels of rules (a section's,
@@ -131,7 +137,9 @@ MAX_PASSES = 6
 Loc = tuple[str | int, ...]
 
 
-def _beyond_refused(raw: Mapping[str, Any], exc: ValidationError) -> list[Problem]:
+def _beyond_refused(
+    raw: Mapping[str, Any], exc: ValidationError, checks: Callable[[RunConfig], list[Problem]]
+) -> list[Problem]:
     """`exc`'s problems, then those that were hidden behind them. pydantic checks a section's rules
     only once its fields are valid, and the run's once every section is, and the components check
     only a valid config: a wrong value would hide an independent problem until it was fixed. So the
@@ -155,7 +163,7 @@ def _beyond_refused(raw: Mapping[str, Any], exc: ValidationError) -> list[Proble
         except ValidationError as again:
             errors, found = again.errors(include_url=False), problems_from_validation(again, RunConfig, current)
         else:
-            errors, found = [], component_problems(cfg)
+            errors, found = [], checks(cfg)
         problems += [p for p in found if p not in problems and not any(_names(p, path) for path in named)]
         if not errors:
             break
@@ -208,161 +216,3 @@ def _names(problem: Problem, path: str) -> bool:
 def _mentions(text: str, path: str) -> bool:
     """Whether `text` names the field `path` (`steps`, not inside `warmup_steps`; `embedding.dtype`)."""
     return re.search(rf"(?<![\w.]){re.escape(path)}(?!\w)", text) is not None
-
-
-def component_problems(cfg: RunConfig) -> list[Problem]:
-    """What the embedding registry and the workload refuse in a config pydantic accepted: every
-    problem at once, each check run where what it reads is sound (the tables' sizes need the data
-    and the workload; the strategy's rules need a strategy this build has)."""
-    problems = []
-    if cfg.data.source == "table":
-        # The file, read as the run will read it (the vocabulary pass included, cached for the run):
-        # a missing column, a bad value or an empty file is said here, before anything starts.
-        try:
-            check_table_data(cfg.data, 0 if cfg.data.eval_path else cfg.eval.samples)
-        except DataError as exc:
-            problems.append(Problem("data.path", MISSING, str(exc)))  # the message names the file
-    if cfg.data.source == "text":
-        problems += _text_problems(cfg)
-    tables = None
-    if not problems:  # the workload reads the data it is built on
-        try:
-            tables = build_workload(cfg).table_sizes  # found, built with its options, a Workload
-        except WorkloadError as exc:
-            problems += exc.problems  # every problem of the options at once
-    emb = cfg.embedding
-    if emb.strategy not in strategies():
-        available = ", ".join(strategies())
-        message = f"strategy {emb.strategy!r} is not available in this build; available: {available}"
-        return [*problems, Problem("embedding.strategy", emb.strategy, message)]
-    if emb.backend == "fbgemm":
-        problems += _fbgemm_problems(cfg)
-    if emb.groups is not None and tables is not None:
-        try:
-            validate_groups(emb.groups, len(tables))
-        except ValueError as exc:
-            problems.append(Problem("embedding.groups", emb.groups, str(exc)))
-    problems += _override_problems(cfg)
-    # Whole-run rules: their messages name every field involved.
-    if get_strategy(emb.strategy).self_updating and cfg.optimizer.sparse not in ROW_OPTIMIZERS:
-        problems.append(
-            Problem(
-                "config",
-                MISSING,
-                f"embedding.strategy={emb.strategy} updates its own rows and needs a row-wise sparse optimizer, "
-                f"not optimizer.sparse={cfg.optimizer.sparse}; set optimizer.sparse to sgd, adagrad or rowwise_adagrad",
-            )
-        )
-    total = sum(tables or ())
-    if tables is not None and emb.cache_rows is not None and emb.cache_rows > total:
-        given = (
-            f"data.table_rows={cfg.data.table_rows}"
-            if cfg.data.table_rows
-            else f"data.rows_scale={cfg.data.rows_scale}"
-        )
-        problems.append(
-            Problem(
-                "config",
-                MISSING,
-                f"embedding.cache_rows={emb.cache_rows} is more than the {total} rows of all tables at "
-                f"{given}; set it to at most {total}, or use embedding.cache_ratio (a share of the rows)",
-            )
-        )
-    return problems
-
-
-def _text_problems(cfg: RunConfig) -> list[Problem]:
-    """data.source=text: a workload that reads documents, a vocabulary a byte-level tokenizer can
-    have, and the files read as the run will read them: every line checked, the tokenizer trained and
-    the documents tokenized, cached for the run (once per file and settings)."""
-    readers: dict[str, type[LMOptions] | type[HFOptions]] = {"lm": LMOptions, "hf": HFOptions}
-    if cfg.workload not in readers:
-        return [
-            Problem(
-                "data.source",
-                "text",
-                f"documents are read by workload=lm or hf, not workload={cfg.workload!r}; set workload=lm, or "
-                f"give {cfg.workload!r} a source of its own (synthetic, table, ...)",
-            )
-        ]
-    try:
-        options = readers[cfg.workload].model_validate(cfg.workload_options)
-    except ValidationError:
-        return []  # build_workload names the option
-    if options.vocab < MIN_VOCAB:
-        return [
-            Problem(
-                "workload_options.vocab",
-                options.vocab,
-                f"data.source=text trains a byte-level tokenizer, which needs at least {MIN_VOCAB} ids (every byte, "
-                f"<pad>, <unk>, <eos>); set workload_options.vocab to {MIN_VOCAB} or more",
-            )
-        ]
-    try:
-        eval_samples = 0 if cfg.data.eval_path else cfg.eval.samples
-        check_text_data(cfg.data, vocab=options.vocab, context=options.context, eval_samples=eval_samples)
-    except DataError as exc:
-        return [Problem("data.path", MISSING, str(exc))]  # the message names the file
-    return []
-
-
-def _override_problems(cfg: RunConfig) -> list[Problem]:
-    """Each per-table override's strategy: built here, and given the optimizer it needs."""
-    emb = cfg.embedding
-    problems = []
-    if emb.overrides and emb.backend == "fbgemm":
-        problems.append(
-            Problem(
-                "embedding.overrides",
-                f"{len(emb.overrides)} override(s)",
-                "the fbgemm backend builds all tables as one kernel; drop the overrides or use embedding.backend=torch",
-            )
-        )
-    for i, override in enumerate(emb.overrides):
-        strategy = override.fields().get("strategy")
-        if strategy is None:
-            continue
-        where = f"embedding.overrides[{i}].strategy"
-        if strategy not in strategies():
-            problems.append(
-                Problem(where, strategy, f"not available in this build; available: {', '.join(strategies())}")
-            )
-        elif get_strategy(strategy).self_updating and cfg.optimizer.sparse not in ROW_OPTIMIZERS:
-            problems.append(
-                Problem(
-                    where,
-                    strategy,
-                    f"updates its own rows and needs a row-wise sparse optimizer, not optimizer.sparse="
-                    f"{cfg.optimizer.sparse}; set optimizer.sparse to sgd, adagrad or rowwise_adagrad",
-                )
-            )
-    return problems
-
-
-def _fbgemm_problems(cfg: RunConfig) -> list[Problem]:
-    emb = cfg.embedding
-    error = fbgemm_import_error()
-    if error is not None:
-        fix = "pip install 'elastune[fbgemm]' or use embedding.backend=torch"
-        return [Problem("embedding.backend", "fbgemm", f"fbgemm_gpu {error}; {fix}")]
-    problems = []
-    runs = strategies("fbgemm")
-    if emb.strategy not in runs:
-        problems.append(
-            Problem(
-                "embedding.backend",
-                "fbgemm",
-                f"no fbgemm kernels for embedding.strategy={emb.strategy!r} (the fbgemm backend runs "
-                f"{', '.join(runs)}); pick one of those or use embedding.backend=torch",
-            )
-        )
-    elif emb.strategy == "half" and emb.dtype == "bf16":
-        problems.append(
-            Problem(
-                "embedding.backend",
-                "fbgemm",
-                "fbgemm's CPU kernels store half rows in fp16 only, not embedding.dtype='bf16'; "
-                "set embedding.dtype=fp16 or use embedding.backend=torch",
-            )
-        )
-    return problems + [Problem("config", MISSING, message) for message in run_problems(cfg)]

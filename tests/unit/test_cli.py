@@ -77,6 +77,21 @@ def test_config_show_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert "properties" in json.loads(capsys.readouterr().out)
 
 
+def test_config_show_checks_the_components_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --check every field is checked (a bad value is refused) but not what only a component
+    knows: int8 rows update themselves and need a row-wise optimizer, which the embedding registry
+    says; with --check it does, as train would."""
+    assert main(["config", "show", "--set", "batch.micro=lots"]) == 2
+    assert "batch.micro" in capsys.readouterr().err
+    int8_with_adam = ["--set", "embedding.strategy=int8", "--set", "optimizer.sparse=adam"]
+    assert main(["config", "show", *int8_with_adam]) == 0
+    assert "strategy: int8" in capsys.readouterr().out
+    assert main(["config", "show", "--check", *int8_with_adam]) == 2
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert "needs a row-wise sparse optimizer" in " ".join(said.err.split())
+
+
 def test_unknown_option_is_a_usage_error() -> None:
     assert main(["train", "--no-such-flag"]) == 2
 

@@ -1,6 +1,6 @@
-"""`elastune --help`, every subcommand's `--help` and `elastune config schema` answer without importing
-torch, Ray, MLflow or Optuna (seconds of imports on a small machine, for a page of text): those
-imports wait inside the commands that need them.
+"""`elastune --help`, every subcommand's `--help`, `elastune config schema` and `elastune config show`
+(without --check) answer without importing torch, Ray, MLflow or Optuna (seconds of imports on a
+small machine, for a page of text): those imports wait inside the commands that need them.
 
 Each check runs the real CLI in a fresh interpreter, so nothing an earlier test imported hides an
 import, and reads `sys.modules` afterwards: a check of what was imported, not a timing.
@@ -15,7 +15,7 @@ import sys
 HEAVY = ("torch", "ray", "mlflow", "optuna")
 
 # Runs `main` for the top-level --help, then for each command the typer app registers (walked from
-# the app itself, so a command added later is checked too), then `config schema`.
+# the app itself, so a command added later is checked too), then `config schema` and `config show`.
 PROBE = """
 import contextlib, io, json, sys
 import typer
@@ -28,7 +28,7 @@ def paths(command, prefix):  # a group has commands (recent typer vendors its ow
             yield from paths(sub, [*prefix, name])
 
 said = {}
-for path in [*paths(typer.main.get_command(app), []), ["config", "schema", "CALL"]]:
+for path in [*paths(typer.main.get_command(app), []), ["config", "schema", "CALL"], ["config", "show", "CALL"]]:
     argv = path[:-1] if path[-1:] == ["CALL"] else [*path, "--help"]
     with contextlib.redirect_stdout(io.StringIO()) as out:
         code = main(argv)
@@ -69,12 +69,13 @@ def test_help_of_every_command_imports_no_heavy_library() -> None:
         if argv.endswith("--help"):
             assert "Usage:" in text, (argv, text)
     assert '"properties"' in said["config schema"][1]  # the schema itself, printed
+    assert "strategy: full" in said["config show"][1]  # the resolved defaults, printed
     assert result["heavy"] == [], f"imported to print help: {result['heavy']}"
 
 
 def test_the_probe_sees_an_import_of_torch() -> None:
     """The check above can fail: the same probe, after a command that needs torch, names it."""
-    probe = PROBE.replace("heavy = ", "import elastune.validate\nheavy = ")
+    probe = PROBE.replace("heavy = ", "import elastune.component_checks\nheavy = ")
     done = subprocess.run(
         [sys.executable, "-c", probe, *HEAVY], capture_output=True, text=True, timeout=300, check=False
     )

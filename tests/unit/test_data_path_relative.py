@@ -2,7 +2,7 @@
 its data move together); one given with --set from the working directory, as a shell argument is.
 A file that is not there is said with the path tried and what it was taken from.
 
-Through the CLI (`elastune config show`), run from a working directory that holds no data.
+Through the CLI (`elastune config show [--check]`), run from a working directory that holds no data.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def shown(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
 
 
 def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
-    assert main(["config", "show", *argv]) == 2
+    assert main(["config", "show", "--check", *argv]) == 2  # --check: the files are read
     said = capsys.readouterr()
     assert said.out == ""
     return " ".join(said.err.split())  # one line: rich may wrap a long one

@@ -3,7 +3,7 @@ only once fields are valid (a section's rule, the run's rule) or that the compon
 a valid config (the fbgemm backend's bf16 rule), and a default standing in for a refused value is
 never blamed for anything.
 
-Through the CLI's own validation of a YAML file (`elastune config show FILE`), as a user meets it.
+Through the CLI's own validation of a YAML file (`elastune config show --check FILE`), as a user meets it.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from elastune.validate import config_problems
 
 
 def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], config: dict[str, object]) -> list[str]:
-    """The problem lines `elastune config show` prints for `config` (written as a YAML file)."""
+    """The problem lines `elastune config show --check` prints for `config` (written as a YAML file)."""
     run = tmp_path / "run.yaml"
     run.write_text(yaml.safe_dump(config))
-    assert main(["config", "show", str(run)]) == 2
+    assert main(["config", "show", "--check", str(run)]) == 2
     said = capsys.readouterr()
     assert said.out == ""
     head = re.search(r"invalid config \(.*run\.yaml\): (\d+) problem\(s\)", said.err)

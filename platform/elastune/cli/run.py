@@ -280,13 +280,26 @@ def config_schema() -> None:
     print(dumps(RunConfig.model_json_schema()))
 
 
-def config_show(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = Format.table) -> None:
-    """Print the resolved config (defaults, then the file, then --set overrides)."""
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--check",
+        help="Also run what train checks before it starts: read the data files, build the workload with "
+        "its options, apply the embedding strategy's rules (imports torch: a second or more).",
+    ),
+]
+
+
+def config_show(
+    config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = Format.table, check: CheckOpt = False
+) -> None:
+    """Print the resolved config (defaults, then the file, then --set overrides), with every field
+    checked (types, ranges, names, the rules between fields); --check adds the components' checks."""
     import yaml
 
-    from elastune.validate import load_run_config  # the components' checks: torch
+    from elastune.validate import load_run_config
 
-    cfg = load_run_config(config, set_ or [])
+    cfg = load_run_config(config, set_ or [], components=check)
     if format is Format.json:
         print(dumps(cfg.to_dict()))
     else:

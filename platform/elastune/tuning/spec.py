@@ -36,6 +36,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from elastune.component_checks import component_problems
 from elastune.config import (
     PER_TABLE_FIELDS,
     RunConfig,
@@ -49,7 +50,7 @@ from elastune.dotted import nest
 from elastune.errors import MISSING, ConfigError, Problem
 from elastune.tuning.space import ChoiceParam, FloatParam, IntParam, Parameter, candidate_points, point_problem
 from elastune.units import MAX_BYTES, parse_bytes
-from elastune.validate import component_problems, config_problems, data_files_said, read_with_data_files
+from elastune.validate import config_problems, data_files_said, read_with_data_files
 from elastune.workloads import WorkloadError, build_workload
 from elastune.workloads.registry import option_keys, options_model, resolve
 
