@@ -317,7 +317,8 @@ def replay(
     to see when it gets there. Screening reads the estimate cached with each config (the same
     estimator `screen` runs, recorded by `elastune train`). A screened proposal counts as a trial
     at no cost; a repeated one is answered by the searcher from memory and is no trial.
-    `tpe_options` (an experiment, not what the sweep does): TPESampler(seed=seed, **tpe_options).
+    `tpe_options` (an experiment, not what the sweep does): TPESampler(seed=seed, **tpe_options);
+    its key `local_steps` (False: none) is the searcher's, not TPE's (search.py: LOCAL_EVERY).
     `also`: lower targets (samples/s) whose first reach is recorded too (`reached_also`, in trials)."""
     import optuna
     from elastune.tuning.keys import CONSTRAINTS_ATTR
@@ -332,8 +333,9 @@ def replay(
     )
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = make_sampler(sampler_spec)
-    if tpe_options is not None and algorithm == "tpe":
-        options = dict(tpe_options)
+    options = dict(tpe_options or {})
+    local_steps = options.pop("local_steps", None)
+    if options and algorithm == "tpe":
         if options.pop("startup", None) == "qmc":
             sampler = QmcStart(seed, **options)
         else:
@@ -348,8 +350,9 @@ def replay(
     sweep_id = f"replay-{algorithm}-{seed}"
     SCREENED.pop(sweep_id, None)
     searcher = ScreeningSearch(
-        run_spec, sweep_id, metric="samples_per_s", mode="max", sampler=sampler, screener=cached_screen
-    )
+        run_spec, sweep_id, metric="samples_per_s", mode="max", sampler=sampler, screener=cached_screen,
+        local_steps=local_steps,
+    )  # fmt: skip
     ref_logloss = grid["reference"]["val_logloss"]
     seconds, trained, best, best_in_budget = 0.0, 0, 0.0, 0.0
     order: list[str] = []  # the configs trained, in order (for the ASHA replay)
@@ -591,8 +594,10 @@ SEED_GOALS = {"median": 0.15, "worst block": 0.20}  # trials to reach 95%, as a 
 DESIGN_SEEDS = range(1000, 1180)
 # Candidate samplers: TPESampler options (an experiment's `--tpe-options`); startup "qmc": the
 # startup trials drawn by scrambled Sobol instead of at random (QmcStart).
+# Each takes the searcher's local steps (search.py) unless it says local_steps: False.
 VARIANTS: dict[str, dict[str, Any]] = {
     "grouped (the sweep's)": {"n_startup_trials": 7, "multivariate": True, "group": True},
+    "grouped, no local steps": {"n_startup_trials": 7, "multivariate": True, "group": True, "local_steps": False},
     "ungrouped": {"n_startup_trials": 7, "multivariate": True},
     "independent": {"n_startup_trials": 7},
     "grouped, 5 startup": {"n_startup_trials": 5, "multivariate": True, "group": True},
@@ -1039,9 +1044,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.what == "seeds":  # the search over the tuning and the test seeds, in blocks
         grid = read_grid(args.grid)
-        # the sweep's sampler, the design it was chosen over (ungrouped multivariate TPE), random search
+        # the sweep's searcher, it without its local steps, the design grouped TPE was chosen over (ungrouped), random
         samplers = {
             "tpe": ("tpe", args.tpe_options),
+            "tpe without local steps (the sweep's before)": ("tpe", {"local_steps": False}),
             "tpe, ungrouped": ("tpe", {"n_startup_trials": 7, "multivariate": True}),
             "random": ("random", None),
         }

@@ -341,3 +341,71 @@ def test_a_state_that_is_not_ours_is_refused_by_name(tmp_path: Path) -> None:
     path.write_bytes(b"\x80\x04K\x01.")  # a pickle: never loaded
     with pytest.raises(ValueError, match=r"searcher-state-x\.pkl: not a searcher state this elastune wrote"):
         searcher().restore(str(path))
+
+
+# -- local steps: after TPE's startup, every second proposal is nearest the best feasible config --
+
+LOCAL_SPACE = {  # (full + qr + hashed x 2 compressions) x 3 micro-batches: 12 configs
+    "embedding.strategy": {"type": "choice", "values": ["full", "qr", "hashed"]},
+    "embedding.compression": {"type": "choice", "values": [4, 16], "when": {"embedding.strategy": ["hashed"]}},
+    "batch.micro": {"type": "choice", "values": [32, 64, 128]},
+}
+STRATEGY_SPEED = {"full": 10.0, "qr": 20.0, "hashed": 30.0}
+
+
+def _fits(spec: Any, params: Any) -> tuple[bool, int | None, str]:
+    return True, None, ""  # no ceiling in these specs: nothing to price
+
+
+def _outcome(params: dict[str, Any]) -> dict[str, Any]:
+    """A made-up measurement: hashed fastest, then qr, then full, bigger micro-batches faster; a
+    hashed config at micro 128 is the fastest of all but misses the quality bar (infeasible)."""
+    value = STRATEGY_SPEED[params["embedding.strategy"]] + params["batch.micro"] / 32
+    quality = 0.1 if params["embedding.strategy"] == "hashed" and params["batch.micro"] == 128 else -0.1
+    return {"samples_per_s": value, "elastune_constraints": {"memory": -0.5, "quality": quality}}
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> int:
+    """Parameters that differ; one present in only one of them (a gated one) counts as one."""
+    return sum(a.get(k) != b.get(k) for k in set(a) | set(b))
+
+
+def test_after_the_startup_every_second_proposal_is_nearest_the_best_feasible_config() -> None:
+    spec = validate_sweep_spec(
+        tiny_spec(parameters=LOCAL_SPACE, search={"algorithm": "tpe"}, budget={"max_trials": 12})
+    )
+    s = ScreeningSearch(spec, "unit-local", metric="samples_per_s", mode="max", sampler=_Settled(), screener=_fits)
+    startup = 3  # max(3, min(10, 12 // 4)): the sampler's startup for a budget of 12
+    told: list[dict[str, Any]] = []
+    local_turns = 0
+    for i in range(12):
+        config = s.suggest(f"t{i}")
+        assert isinstance(config, dict), config
+        params = params_of(config)
+        feasible = [p for p in told if _outcome(p)["elastune_constraints"]["quality"] <= 0]
+        if i >= startup and (i - startup) % 2 == 0 and feasible:
+            local_turns += 1
+            best = max(feasible, key=lambda p: _outcome(p)["samples_per_s"])
+            unseen = [p for p in grid_points(spec.parameters) if param_key(p) not in {param_key(t) for t in told}]
+            nearest = min(_differences(p, best) for p in unseen)
+            assert _differences(params, best) == nearest, (i, params, best)
+        told.append(params)
+        s.on_trial_complete(f"t{i}", result=_outcome(params))
+    assert s.suggest("t12") == "FINISHED"
+    assert local_turns == s.local == 5  # proposals 3, 5, 7, 9 and 11
+    assert sorted(map(param_key, told)) == sorted(map(param_key, grid_points(spec.parameters)))
+
+
+@pytest.mark.parametrize(("algorithm", "local_steps"), [("random", None), ("grid", None), ("tpe", False)])
+def test_random_search_the_grid_and_tpe_told_not_to_take_no_local_steps(algorithm: str, local_steps: Any) -> None:
+    spec = validate_sweep_spec(
+        tiny_spec(parameters=LOCAL_SPACE, search={"algorithm": algorithm}, budget={"max_trials": 12})
+    )
+    s = ScreeningSearch(
+        spec, "unit-no-local", metric="samples_per_s", mode="max", screener=_fits, local_steps=local_steps
+    )
+    for i in range(12):
+        config = s.suggest(f"t{i}")
+        assert isinstance(config, dict)
+        s.on_trial_complete(f"t{i}", result=_outcome(params_of(config)))
+    assert s.local == 0

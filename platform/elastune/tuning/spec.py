@@ -187,7 +187,10 @@ class Confirm(_Section):
 
 class Search(_Section):
     algorithm: Literal["tpe", "random", "grid"] = Field(
-        "tpe", description="tpe: Optuna's TPE (multivariate); random; grid: every point of the space, in order."
+        "tpe",
+        description="tpe: Optuna's TPE (multivariate), every second proposal after its startup an untried config "
+        "nearest the best so far where the space is discrete (up to 10,000 points); random; grid: every point of the "
+        "space, in order.",
     )
     seed: int = Field(0, ge=0, le=2**32 - 1, description="The sampler's seed: the same spec and seed propose the same.")
     scheduler: Literal["asha", "none"] = Field("asha", description="asha stops slow trials at throughput rungs.")
