@@ -15,7 +15,8 @@ no micro-batch split, no loss bookkeeping, no progress reports, no checkpoint. I
   before their step, out of the caches: on a fast config, a batch read just before its step can
   train faster than one of these);
 * `read`: each step's batch read from the source in place, between steps, as training/loop.py
-  reads it;
+  reads it, and timed (elastune's loop leaves a synthetic source's reads out of samples/s on a
+  CPU, training/throughput.py: this arm shows what they would cost);
 * `read-ahead`: through data/source.py's ReadAhead, which the loop does not use yet: what reading
   ahead on a thread would save a bare loop.
 

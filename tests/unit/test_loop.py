@@ -221,3 +221,54 @@ def test_a_slow_start_the_windows_show_is_left_out_of_the_throughput(tiny_cfg: M
     steady = windows[result.warmup_windows :]  # equal samples each: their rate is the harmonic mean
     assert result.samples_per_s == pytest.approx(len(steady) / sum(1 / w for w in steady), rel=1e-9)
     assert result.samples_per_s > 2 * windows[0]
+
+
+# -- a synthetic source's reads on a CPU device: out of samples/s, and said -----------------------
+
+READ_S = 0.05  # each read of the slowed source sleeps this long: a read the loop cannot hide
+
+
+@pytest.fixture()
+def slow_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """SyntheticCriteo whose every training read first sleeps READ_S; the reads, counted."""
+    import time
+
+    from elastune.data.synthetic import SyntheticCriteo
+
+    reads: list[int] = []
+    read = SyntheticCriteo.read
+
+    def slow(self: SyntheticCriteo, start: int, n: int) -> object:
+        reads.append(start)
+        time.sleep(READ_S)
+        return read(self, start, n)
+
+    monkeypatch.setattr(SyntheticCriteo, "read", slow)
+    return reads
+
+
+def test_a_synthetic_sources_reads_are_left_out_of_the_throughput_on_a_cpu_and_a_real_ones_are_not(
+    tiny_cfg: MakeCfg, slow_reads: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from elastune.data.synthetic import SyntheticCriteo
+
+    # 3 windows of 5 steps after 5 warm-up steps: too few windows to drop any as warm-up, so each
+    # rate is the whole timed stretch's
+    cfg = tiny_cfg("steps=20", "warmup_steps=5")
+    began = time.perf_counter()
+    synthetic = train(cfg, progress_every=5)
+    wall = time.perf_counter() - began
+    monkeypatch.setattr(SyntheticCriteo, "synthetic", False)  # as a file or table source is
+    real = train(cfg, progress_every=5)
+    assert len(slow_reads) == 40 and synthetic.warmup_windows == real.warmup_windows == 0
+    timed_samples = 15 * synthetic.effective_batch  # steps 5-19 read their batches inside the timed stretch
+    # the synthetic run: the reads' sleeps (0.75 s at least) are out of its timed stretch, and said
+    assert synthetic.synthetic_read_s >= 15 * READ_S
+    assert synthetic.elapsed_s + synthetic.synthetic_read_s <= wall
+    assert synthetic.samples_per_s == pytest.approx(timed_samples / synthetic.elapsed_s, rel=1e-3)
+    # the real one: the same sleeps, timed
+    assert real.synthetic_read_s == 0.0 and real.elapsed_s >= 15 * READ_S
+    assert real.samples_per_s == pytest.approx(timed_samples / real.elapsed_s, rel=1e-3)
+    assert synthetic.samples_per_s > 1.5 * real.samples_per_s

@@ -55,6 +55,7 @@ class NextTokenDicts:
         self.source = source
         self.table_sizes = source.table_sizes
         self.pooling = source.pooling
+        self.synthetic = bool(getattr(source, "synthetic", False))  # as the source it reads
 
     @staticmethod
     def of(batch: TokenBatch) -> TokenDict:
@@ -72,6 +73,8 @@ class NextTokenDicts:
 class SyntheticClassification:
     """Labelled token sequences (see the module docstring). Sequence k of a split comes from chunk
     k // CHUNK, seeded by (seed, split, chunk): training is split 0, the held-out set split 1."""
+
+    synthetic = True  # a stand-in: its reads are left out of samples/s on a CPU device (training/throughput.py)
 
     def __init__(self, vocab: int, context: int, mean_length: float, classes: int, seed: int = 0) -> None:
         if vocab < 2 * classes + 1:

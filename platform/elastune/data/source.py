@@ -10,6 +10,10 @@ checkpoint resume (continue at sample `step * batch_size`) exact rather than app
 `ReadAhead` leans on it too: it reads the range a training loop will ask for next on a thread while
 the loop trains on this one, and whatever it guessed, a read returns `read(start, n)` of the range
 asked for.
+
+A source may say `synthetic = True` (the generated streams do: SyntheticCriteo, SyntheticText,
+SyntheticClassification): it stands in for a real pipeline, and on a CPU device the training loop
+leaves the time its reads take out of samples/s (training/throughput.py says why).
 """
 
 from __future__ import annotations

@@ -212,6 +212,9 @@ class SyntheticCriteo:
     # A training loop may read it on another thread (data/source.py's ReadAhead), one read at a
     # time: a chunk is a pure function of its seeds, and each split has its own cache.
     reads_on_any_thread = True
+    # A stand-in for a real pipeline: on a CPU device the loop leaves its reads out of samples/s
+    # (training/throughput.py says why).
+    synthetic = True
 
     def __init__(
         self,

@@ -712,6 +712,7 @@ class SyntheticText:
     from chunk k // CHUNK, seeded by (seed, split, chunk)."""
 
     pooling: int
+    synthetic = True  # a stand-in: its reads are left out of samples/s on a CPU device (training/throughput.py)
 
     def __init__(self, vocab: int, context: int, mean_length: float, seed: int = 0) -> None:
         self.vocab, self.context, self.mean_length, self.seed = vocab, context, mean_length, seed
