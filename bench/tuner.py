@@ -318,11 +318,13 @@ def replay(
     estimator `screen` runs, recorded by `elastune train`). A screened proposal counts as a trial
     at no cost; a repeated one is answered by the searcher from memory and is no trial.
     `tpe_options` (an experiment, not what the sweep does): TPESampler(seed=seed, **tpe_options);
-    its key `local_steps` (False: none) is the searcher's, not TPE's (search.py: LOCAL_EVERY).
+    its key `local_steps` (False: none) is the searcher's, not TPE's (search.py: LOCAL_EVERY). Local
+    steps begin after the sampler's startup, as in a sweep (whose searcher and sampler read one
+    budget; here the searcher's is `max_proposals`, so it is told the sampler's startup).
     `also`: lower targets (samples/s) whose first reach is recorded too (`reached_also`, in trials)."""
     import optuna
     from elastune.tuning.keys import CONSTRAINTS_ATTR
-    from elastune.tuning.search import SCREENED, ScreeningSearch, make_sampler
+    from elastune.tuning.search import SCREENED, ScreeningSearch, make_sampler, startup_trials
 
     search = spec.search.model_copy(update={"algorithm": algorithm, "seed": seed})
     sampler_spec = spec.model_copy(
@@ -335,6 +337,7 @@ def replay(
     sampler = make_sampler(sampler_spec)
     options = dict(tpe_options or {})
     local_steps = options.pop("local_steps", None)
+    local_after = options.get("n_startup_trials", startup_trials(sampler_spec))
     if options and algorithm == "tpe":
         if options.pop("startup", None) == "qmc":
             sampler = QmcStart(seed, **options)
@@ -351,7 +354,7 @@ def replay(
     SCREENED.pop(sweep_id, None)
     searcher = ScreeningSearch(
         run_spec, sweep_id, metric="samples_per_s", mode="max", sampler=sampler, screener=cached_screen,
-        local_steps=local_steps,
+        local_steps=local_steps, local_after=local_after,
     )  # fmt: skip
     ref_logloss = grid["reference"]["val_logloss"]
     seconds, trained, best, best_in_budget = 0.0, 0, 0.0, 0.0

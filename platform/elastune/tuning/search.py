@@ -80,6 +80,7 @@ __all__ = [
     "param_key",
     "records_for_screened",
     "set_constraints",
+    "startup_trials",
 ]
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,7 @@ class ScreeningSearch(Searcher):
         screener: Screener | None = None,
         cheapest: Cheapest | None = None,
         local_steps: bool | None = None,
+        local_after: int | None = None,
     ) -> None:
         super().__init__(metric=metric, mode=mode)
         self._spec = spec
@@ -269,7 +271,8 @@ class ScreeningSearch(Searcher):
         # local steps: TPE over a discrete space, unless told (the tuner benchmark compares both)
         self._local = spec.search.algorithm == "tpe" if local_steps is None else local_steps
         self._local = self._local and self._points is not None
-        self._startup = startup_trials(spec)
+        # local steps begin after the sampler's startup (one given its own: `local_after`)
+        self._startup = startup_trials(spec) if local_after is None else local_after
         self._max_trials = spec.budget.max_trials
         if spec.search.algorithm == "grid":
             self._max_trials = min(self._max_trials, len(self._points or grid_points(spec.parameters)))
