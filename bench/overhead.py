@@ -293,6 +293,8 @@ def _report(
             "seed, torch threads and malloc regime (pin_heap) as elastune train",
             "timed as training/throughput.py times a run: steps after warmup_steps, windows of 10, warm-up "
             "windows left out; every run a fresh process, elastune and bare alternating",
+            "on a CPU elastune leaves a synthetic source's reads out of samples/s (synthetic_read_s), as the "
+            "materialized arm reads before its clock; the read arm times each read",
             *(["--quick: tiny shapes, one round: a smoke test, not a result"] if args.quick else []),
         ],
         table={"columns": columns, "rows": rows},

@@ -133,7 +133,8 @@ def make_sampler(spec: SweepSpec, seed: int | None = None) -> optuna.samplers.Ba
         # with). `group` models each set of parameters that occur together jointly (Optuna's advice for
         # conditional spaces); without `when` it is plain multivariate TPE. On the tuner benchmark's
         # conditional grid it halved the median trials to 95% of the best on the 30 seeds it was chosen
-        # on, but not on 180 others (15.2% of the grid against 14.0% ungrouped: record tuner-seeds).
+        # on, but not on 180 others (before local steps: 15.2% of the grid against 14.0% ungrouped,
+        # record tuner-seeds-20261127-025214-b4b604c).
         conditional = any(p.when for p in spec.parameters.values())
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup, multivariate=True, group=conditional)
 
