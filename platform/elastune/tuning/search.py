@@ -399,14 +399,13 @@ class ScreeningSearch(Searcher):
             log.info("sweep %s: every one of the %d configs has been proposed", self._sweep_id, len(self._points))
             return None
         near = self._local_step()
-        if near is not None:
-            self.local += 1
-            self._study.enqueue_trial(near)  # the next ask takes these values (its sampler is skipped)
-            return self._ask(trial_id)
+        if near is not None:  # asked below like any proposal: a config enqueued before it may come first
+            self._study.enqueue_trial(near)  # an ask takes these values (its sampler is skipped)
         for _ in range(MAX_REPEATS):
             flat = self._ask(trial_id)
             key = param_key(flat)
             if key not in self._known:
+                self.local += near is not None and key == param_key(near)
                 return flat
             self._tell_repeat(self._live.pop(trial_id), self._known[key])
         unseen = self._draw_unseen()
