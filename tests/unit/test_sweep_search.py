@@ -409,3 +409,21 @@ def test_random_search_the_grid_and_tpe_told_not_to_take_no_local_steps(algorith
         assert isinstance(config, dict)
         s.on_trial_complete(f"t{i}", result=_outcome(params_of(config)))
     assert s.local == 0
+
+
+def test_a_local_step_behind_a_known_config_in_the_queue_is_still_no_repeat() -> None:
+    """A config queued before a local step (the cheapest offer) is asked first; if it is known by
+    then, it is told as a repeat, and the local step's config is what Tune gets, once."""
+    raw = tiny_spec(parameters=LOCAL_SPACE, search={"algorithm": "tpe"}, budget={"max_trials": 12})
+    s = ScreeningSearch(validate_sweep_spec(raw), "unit-queue", metric="samples_per_s", mode="max", screener=_fits)
+    told: list[dict[str, Any]] = []
+    for i in range(3):  # the startup: 3 proposals for a budget of 12
+        config = s.suggest(f"t{i}")
+        assert isinstance(config, dict)
+        told.append(params_of(config))
+        s.on_trial_complete(f"t{i}", result=_outcome(told[-1]))
+    s.study().enqueue_trial(told[0])  # stale: proposed and told already
+    config = s.suggest("t3")  # proposal 3: a local step's turn
+    assert isinstance(config, dict)
+    assert param_key(params_of(config)) not in {param_key(t) for t in told}
+    assert s.local == 1 and s.repeats >= 1
