@@ -271,4 +271,5 @@ def test_a_synthetic_sources_reads_are_left_out_of_the_throughput_on_a_cpu_and_a
     # the real one: the same sleeps, timed
     assert real.synthetic_read_s == 0.0 and real.elapsed_s >= 15 * READ_S
     assert real.samples_per_s == pytest.approx(timed_samples / real.elapsed_s, rel=1e-3)
-    assert synthetic.samples_per_s > 1.5 * real.samples_per_s
+    # (no comparison of the two runs' rates: on a busy machine a step's own time varies by more than
+    # the sleeps, as a CI run showed; what each run timed is checked above instead)
