@@ -270,8 +270,8 @@ class ScreeningSearch(Searcher):
         self._live: dict[str, optuna.Trial] = {}  # Tune trial id -> its Optuna trial, until it is told
         self._points = discrete_points(spec)  # None: continuous (or huge), so it cannot be exhausted
         # local steps: TPE over a discrete space, unless told (the tuner benchmark compares both)
-        self._local = spec.search.algorithm == "tpe" if local_steps is None else local_steps
-        self._local = self._local and self._points is not None
+        wanted = spec.search.algorithm == "tpe" if local_steps is None else local_steps
+        self._local = wanted and self._points is not None
         # local steps begin after the sampler's startup (one given its own: `local_after`)
         self._startup = startup_trials(spec) if local_after is None else local_after
         self._max_trials = spec.budget.max_trials
