@@ -23,17 +23,19 @@ no micro-batch split, no loss bookkeeping, no progress reports, no checkpoint. I
 Both sides are timed alike: from the first step after `warmup_steps`, in windows of 10 steps (the
 CLI's progress interval), the leading windows still warming up left out (training/throughput.py
 `warm_up_windows`); elastune's figure is the samples/s its JSON reports. Every run is a fresh
-process; the two alternate (A B A B A B over `--rounds` rounds, the configs interleaved too), and a
-config's figure is the median over rounds of each round's elastune / bare ratio.
+process; the sides alternate, and which goes first alternates from round to round (A B, B A, A B,
+...: `order()`), so that a machine speeding up or slowing down over the run favours neither; the
+configs are interleaved too. A config's figure is the median over rounds of each round's elastune /
+bare ratio. One round's ratio moves by up to ~8% on a 2-core VM, hence 6 rounds by default.
 
-    python bench/overhead.py                          # the suite, 3 rounds: writes a record
-    python bench/overhead.py --only 2,3 --rounds 5    # some configs (indices below), more rounds
+    python bench/overhead.py                          # the suite, 6 rounds: writes a record
+    python bench/overhead.py --only 2,3 --rounds 8    # some configs (indices below), more rounds
     python bench/overhead.py --bare-data materialized,read,read-ahead   # where the tax comes from
     python bench/overhead.py --quick                  # a smoke test in tiny shapes: no record
 
 The suite (index: label): 0 dlrm default; 1 dlrm micro 4096; 2 dlrm half + rowwise_adagrad; 3 dlrm
 full + rowwise_adagrad; 4 lm default at micro 32 (the LM's default micro-batch of 1024 sequences
-takes seconds a step on a CPU; 32 is bench/lm.py's). On a 2-core machine the suite takes about 8
+takes seconds a step on a CPU; 32 is bench/lm.py's). On a 2-core machine the suite takes about 16
 minutes (the LM's runs half of it, ~30 s each); each further `--bare-data` arm adds about a half.
 """
 
@@ -180,6 +182,13 @@ def bare(sets: list[str], data: str) -> dict[str, Any]:
     return {"samples_per_s": rate, "warmup_windows": warmup, "window_samples_per_s": rates, "threads": threads}
 
 
+def order(sides: list[str], round_: int) -> list[str]:
+    """The order the sides of a config run in, in round `round_` (from 0): as given in even rounds,
+    reversed in odd ones, so that each side runs first as often as the other over an even count of
+    rounds and a drift of the machine's speed cancels out of the median ratio."""
+    return list(sides) if round_ % 2 == 0 else list(reversed(sides))
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]], arms: list[str]) -> dict[str, Any]:
     """One config's figures from its rounds: each side's median samples/s and, per bare arm, the
     median over rounds of each round's elastune / bare ratio."""
@@ -194,7 +203,7 @@ def summarize(runs: dict[str, list[dict[str, Any]]], arms: list[str]) -> dict[st
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=None, help="fresh-process pairs per config (default 3; quick 1)")
+    parser.add_argument("--rounds", type=int, default=None, help="fresh-process pairs per config (default 6; quick 1)")
     parser.add_argument("--steps", type=int, default=None, help="steps per run (default 200; quick 30)")
     parser.add_argument("--only", help="comma-separated suite indices (see above)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, one round: a smoke test, no record")
@@ -207,7 +216,7 @@ def _arguments() -> argparse.Namespace:
 
     add_arguments(parser)
     args = parser.parse_args()
-    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.rounds = args.rounds or (1 if args.quick else 6)
     args.steps = args.steps or (30 if args.quick else 200)
     args.arms = [a.strip() for a in args.bare_data.split(",") if a.strip()]
     bad = [a for a in args.arms if a not in BARE_DATA]
@@ -238,9 +247,9 @@ def main() -> None:
     began = time.perf_counter()
     for round_ in range(args.rounds):
         for label, _ in picked:
-            runs[label]["elastune"].append(run_elastune(sets[label]))
-            for arm in args.arms:
-                runs[label][arm].append(run_bare(sets[label], arm))
+            for side in order(sides, round_):
+                run = run_elastune(sets[label]) if side == "elastune" else run_bare(sets[label], side)
+                runs[label][side].append(run)
             line = "  ".join(f"{side} {runs[label][side][-1]['samples_per_s']:,.0f}" for side in sides)
             print(f"round {round_ + 1}/{args.rounds}  {label:30} samples/s: {line}", flush=True)
     results = {label: summarize(runs[label], args.arms) for label, _ in picked}
@@ -292,7 +301,8 @@ def _report(
             "bare loop: forward, loss, backward, the run's own optimizers' step, zero_grad; fp32; the same "
             "seed, torch threads and malloc regime (pin_heap) as elastune train",
             "timed as training/throughput.py times a run: steps after warmup_steps, windows of 10, warm-up "
-            "windows left out; every run a fresh process, elastune and bare alternating",
+            "windows left out; every run a fresh process, elastune and bare alternating, which goes first "
+            "alternating from round to round",
             "on a CPU elastune leaves a synthetic source's reads out of samples/s (synthetic_read_s), as the "
             "materialized arm reads before its clock; the read arm times each read",
             *(["--quick: tiny shapes, one round: a smoke test, not a result"] if args.quick else []),

@@ -69,3 +69,14 @@ def test_an_unknown_bare_data_is_refused(bad: str) -> None:
         [sys.executable, str(BENCH / "overhead.py"), "--bare-data", bad], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "--bare-data" in done.stderr
+
+
+def test_each_side_runs_first_in_every_other_round() -> None:
+    sides = ["elastune", "materialized", "read"]
+    assert [overhead.order(sides, r) for r in range(4)] == [
+        ["elastune", "materialized", "read"],
+        ["read", "materialized", "elastune"],
+        ["elastune", "materialized", "read"],
+        ["read", "materialized", "elastune"],
+    ]
+    assert sides == ["elastune", "materialized", "read"]  # the caller's list is left as it was
