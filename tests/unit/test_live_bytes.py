@@ -45,3 +45,31 @@ def test_an_addition_outside_backward_counts_its_result() -> None:
             d = c + c
             del d
     assert tracker.peak == 2 * BLOCK
+
+
+def test_an_addition_recomputed_inside_backward_is_not_taken_for_a_sum_of_gradients() -> None:
+    # activation checkpointing recomputes the forward inside backward with grad mode on: a residual
+    # `x + f(x)` there allocates in eager, so it must not take over its input's storage
+    from elastune.memory.live_bytes import _accumulated_into
+
+    seen: list[tuple[bool, bool]] = []
+    add = torch.ops.aten.add.Tensor
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, a: torch.Tensor) -> torch.Tensor:
+            return a.clone()
+
+        @staticmethod
+        def backward(ctx: object, g: torch.Tensor) -> torch.Tensor:
+            g = g.contiguous()  # sum()'s gradient is an expanded scalar
+            seen.append((False, _accumulated_into(add, (g, g), {}, g + g) is g))
+            with torch.enable_grad():
+                seen.append((True, _accumulated_into(add, (g, g), {}, g + g) is g))
+            return g
+
+    Probe.apply(torch.ones(4, 3, requires_grad=True)).sum().backward()
+    assert seen == [(False, True), (True, False)]
+    # outside backward, never
+    a = torch.ones(4, 3)
+    assert _accumulated_into(add, (a, a), {}, a + a) is None

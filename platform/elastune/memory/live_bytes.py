@@ -45,9 +45,12 @@ def _accumulated_into(func: Any, args: Any, kwargs: Any, out: Any) -> torch.Tens
     holds (`old.add_(new)`: no new memory); for a tensor subclass, fake tensors included, it takes
     the out-of-place branch (`old + new`), so a trace would count a third gradient-sized block at
     every such sum (measured: one activation read by 2-4 layers, a trace 33% over eager's peak).
-    Recognised as: `aten.add.Tensor` while backward runs, no `alpha`, two dense tensors of the
-    result's shape and dtype."""
+    Recognised as: `aten.add.Tensor` while backward runs with grad mode off, no `alpha`, two dense
+    tensors of the result's shape and dtype. Grad mode is on where backward recomputes a
+    checkpointed forward, whose additions (a residual stream's) allocate in eager too."""
     if func is not _ADD or kwargs or len(args) != 2 or torch._C._current_graph_task_id() == -1:
+        return None
+    if torch.is_grad_enabled():  # a checkpointed forward recomputed inside backward
         return None
     old, new = args
     same = all(
