@@ -105,7 +105,7 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     # Padded by the screening margin: a trial whose smallest shape measures 1% over a bare
     # estimate has nothing left to shrink and fails. And by at least the virtual device's own
     # spread (up to 7 MiB over its fitted runtime, memory/overhead.py): a small trial's tables dominate
-    # every shape, so 11% of a small estimate is less than that spread at every micro-batch down to 1.
+    # every shape, so 13% of a small estimate is less than that spread at every micro-batch down to 1.
     def priced(c: RunConfig) -> int:
         predicted = estimate(c, virtual=True).peak_bytes
         return predicted + max(int(predicted * DEMAND_PADDING), DEMAND_PADDING_MIN)
