@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-
 from elastune.memory.live_bytes import LiveBytes
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 B, D = 2048, 256
 BLOCK = B * D * 4  # one [B, D] fp32 tensor: 2 MiB
