@@ -5,10 +5,6 @@ a CUDA prediction, replays each allocation and free through the caching allocato
 The breakdown attributes the live bytes at the traced peak to parameters, gradients, optimizer
 state and activations (everything else the step holds: activations, temporaries, the batch).
 
-On every device the trace undoes one artifact of fake tensors: where several ops read one tensor,
-autograd sums their gradients out of place for a tensor subclass, in place in eager; the sum then
-takes over the first gradient's storage (`_accumulated_into`).
-
 CUDA replay: every storage's allocation and free goes through the caching allocator's model in the
 trace's order, so the prediction holds what the reserved peak owes to that order: blocks cached
 for one step's shapes that the next step's tensors do not fit (why an LM under dynamic padding is
@@ -39,30 +35,6 @@ __all__ = ["PARTS", "LiveBytes"]
 PARTS = ("parameters", "gradients", "optimizer_state", "activations", "other")
 
 
-def _accumulated_into(func: Any, args: Any, kwargs: Any, out: Any) -> torch.Tensor | None:
-    """The tensor an op adds into where it is autograd summing the gradients of a tensor that several
-    ops consumed, else None. Eager autograd adds each further gradient in place into the one it
-    holds (`old.add_(new)`: no new memory); for a tensor subclass, fake tensors included, it takes
-    the out-of-place branch (`old + new`), so a trace would count a third gradient-sized block at
-    every such sum (measured: one activation read by 2-4 layers, a trace 33% over eager's peak).
-    Recognised as: `aten.add.Tensor` while backward runs with grad mode off, no `alpha`, two dense
-    tensors of the result's shape and dtype. Grad mode is on where backward recomputes a
-    checkpointed forward, whose additions (a residual stream's) allocate in eager too."""
-    if func is not _ADD or kwargs or len(args) != 2 or torch._C._current_graph_task_id() == -1:
-        return None
-    if torch.is_grad_enabled():  # a checkpointed forward recomputed inside backward
-        return None
-    old, new = args
-    same = all(
-        isinstance(t, torch.Tensor) and not t.is_sparse and t.shape == out.shape and t.dtype == out.dtype
-        for t in (old, new)
-    )
-    return old if same and isinstance(out, torch.Tensor) and old.is_contiguous() else None
-
-
-_ADD = torch.ops.aten.add.Tensor
-
-
 class LiveBytes(TorchDispatchMode):
     """Tracks the bytes of live storages through a trace, and what was live at the peak."""
 
@@ -90,9 +62,6 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        into = _accumulated_into(func, args, kwargs, out)
-        if into is not None and self._adopt(into, out):
-            return out
         if self.cuda is None or self._host:
             for t in pytree.tree_leaves(out):
                 if isinstance(t, torch.Tensor):
@@ -154,19 +123,6 @@ class LiveBytes(TorchDispatchMode):
             self.train_peak = self.current
             self._at_train_peak = dict(self._live.values())
         weakref.finalize(storage, self._free, key)
-
-    def _adopt(self, into: torch.Tensor, out: torch.Tensor) -> bool:
-        """`out` takes over the storage of `into`, as eager autograd writes an accumulated gradient
-        into the one already buffered: no bytes are added. False where `into` is not tracked."""
-        old, new = into.untyped_storage()._cdata, out.untyped_storage()._cdata
-        if old not in self._live or new in self._live:
-            return False
-        self._live[new] = self._live.pop(old)
-        if self.cuda is not None:
-            self.cuda.rekey(old, new)
-        self._fresh_zeros = None
-        weakref.finalize(out.untyped_storage(), self._free, new)
-        return True
 
     def _free(self, key: int) -> None:
         _, size = self._live.pop(key, (0, 0))
