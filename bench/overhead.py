@@ -26,7 +26,7 @@ CLI's progress interval), the leading windows still warming up left out (trainin
 process; the sides alternate, and which goes first alternates from round to round (A B, B A, A B,
 ...: `order()`), so that a machine speeding up or slowing down over the run favours neither; the
 configs are interleaved too. A config's figure is the median over rounds of each round's elastune /
-bare ratio. One round's ratio moves by up to ~8% on a 2-core VM, hence 6 rounds by default.
+bare ratio. One round's ratio ranged over 0.75-1.07x on a 2-core VM, hence 6 rounds by default.
 
     python bench/overhead.py                          # the suite, 6 rounds: writes a record
     python bench/overhead.py --only 2,3 --rounds 8    # some configs (indices below), more rounds
