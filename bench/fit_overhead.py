@@ -10,15 +10,19 @@ newer), and fits, on the fit half's configs only:
 - the CPU heap model (`CPU_FIT` in platform/elastune/memory/overhead.py): minimises the squared
   relative error, a grid over the activation share (it sits inside a max) and linear least squares
   for the other four coefficients at each point;
-- the virtual device's runtime (`VIRTUAL_RUNTIME`): what the device holds beyond the traced
-  tensors is an amount of bytes (torch's runtime, blocks under its mmap threshold), so its estimate
-  is the fit half's mean residual in bytes; oneDNN's primitive cache (6 MiB, measured by switching
-  the cache off) is taken as measured, not fitted;
+- the virtual device's model (`VIRTUAL_FIT`): what the device holds beyond the traced tensors, in
+  bytes, is a runtime plus a share of the small blocks (under its 256 KiB mmap threshold) a training
+  step makes, whose churn glibc's heap keeps in part; least squares of the fit half's residuals in
+  bytes on [1, churn], churn capped at the most the fit half made (the cap is the fit half's range:
+  past it nothing was fitted); oneDNN's primitive cache (6 MiB, measured by switching the cache off)
+  is taken as measured, not fitted;
 - the screening margins (`SCREEN_MARGIN`): the most a fit-half config was measured above its
   refitted prediction, as a factor. A sweep screens proposals with prediction x margin.
 
 Then it scores both halves under the refitted constants: the held-out half's figures are a result
-(the constants never saw those workloads), the fit half's are a fit. `--record` writes them as a
+(the constants never saw those workloads), the fit half's are a fit. Where a `--suite zoo_check`
+record of the virtual device exists (configs in neither half, named before the small-block term
+was fitted), its configs are scored apart as well. `--record` writes them as a
 record (estimator-zoo-refit); `elastune estimate` quotes the held-out figures as the error to
 expect on a workload of one's own (`HELD_OUT` in overhead.py).
 
@@ -42,17 +46,19 @@ from typing import Any
 import numpy as np
 from elastune.memory.overhead import (
     CPU_FIT,
+    VIRTUAL_FIT,
     VIRTUAL_ONEDNN,
-    VIRTUAL_RUNTIME,
     CpuFit,
     CpuInputs,
+    VirtualFit,
     cpu_inputs,
     cpu_other,
     onednn_matmuls,
+    virtual_other_parts,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from estimator import ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
+from estimator import ZOO_CHECK, ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
 from record import RECORDS, Figure, write_record
 
 _MiB = 2**20
@@ -70,10 +76,21 @@ class Row:
     measured: float  # bytes
     inputs: CpuInputs
     onednn: bool  # bf16 / fp16 matmuls run through oneDNN on this CPU
+    churn: int = 0  # bytes of small blocks (under the virtual device's mmap threshold) a training step makes
+
+
+def _by_date(pattern: str) -> list[Path]:
+    return sorted(RECORDS.glob(pattern), key=lambda p: json.loads(p.read_text())["date"])
+
+
+def newest_check() -> Path | None:
+    """The newest `--suite zoo_check` record of the virtual device, if any."""
+    paths = _by_date("estimator-zoo_check-virtual-*.json")
+    return paths[-1] if paths else None
 
 
 def newest(probe: str) -> Path:
-    paths = sorted(RECORDS.glob(f"estimator-zoo-{probe}-*.json"), key=lambda p: json.loads(p.read_text())["date"])
+    paths = _by_date(f"estimator-zoo-{probe}-*.json")
     if not paths:
         flag = " --probe virtual" if probe == "virtual" else ""
         raise SystemExit(f"no estimator-zoo-{probe} record: run bench/estimator.py --suite zoo{flag} first")
@@ -88,7 +105,7 @@ def rows_of(path: Path) -> list[Row]:
     record = json.loads(path.read_text())
     if record["settings"].get("fit_set") != list(ZOO_FIT):
         raise SystemExit(f"{path.name}: its fit set is not bench/estimator.py's ZOO_FIT; the halves never move")
-    overrides = dict(ZOO_CONFIGS)
+    overrides = dict(ZOO_CONFIGS) | dict(ZOO_CHECK)
     columns = record["table"]["columns"]
     rows = []
     for cells in record["table"]["rows"]:
@@ -98,7 +115,9 @@ def rows_of(path: Path) -> list[Row]:
         measured = inputs.get("measured") or cell["measured MiB"] * _MiB  # bytes where recorded
         cfg = load_run_config(None, _run("cpu") + overrides[label])
         tracker = trace(cfg)
-        rows.append(Row(label, label.split(":")[0], float(measured), cpu_inputs(cfg, tracker), onednn_matmuls(cfg)))
+        inputs = cpu_inputs(cfg, tracker)
+        churn = tracker.small_block_churn()
+        rows.append(Row(label, label.split(":")[0], float(measured), inputs, onednn_matmuls(cfg), churn))
     return rows
 
 
@@ -127,16 +146,23 @@ def fit_cpu(rows: list[Row]) -> CpuFit:
     return best[1]
 
 
-def fit_virtual(rows: list[Row]) -> float:
-    return float(np.mean([r.measured - r.inputs.traced - VIRTUAL_ONEDNN * r.onednn for r in rows]))
+def fit_virtual(rows: list[Row]) -> VirtualFit:
+    cap = float(max(r.churn for r in rows))
+    design = np.array([[1.0, min(r.churn, cap)] for r in rows])
+    residual = np.array([r.measured - r.inputs.traced - VIRTUAL_ONEDNN * r.onednn for r in rows])
+    (runtime, share), *_ = np.linalg.lstsq(design, residual, rcond=None)
+    return VirtualFit(runtime=float(runtime), churn_share=float(share), churn_cap=cap)
 
 
 def predict_cpu(rows: list[Row], fit: CpuFit) -> np.ndarray:
     return np.array([r.inputs.traced + cpu_other(r.inputs, fit) for r in rows], dtype=float)
 
 
-def predict_virtual(rows: list[Row], runtime: float) -> np.ndarray:
-    return np.array([r.inputs.traced + runtime + VIRTUAL_ONEDNN * r.onednn for r in rows], dtype=float)
+def predict_virtual(rows: list[Row], fit: VirtualFit) -> np.ndarray:
+    return np.array(
+        [r.inputs.traced + sum(virtual_other_parts(r.churn, fit).values()) + VIRTUAL_ONEDNN * r.onednn for r in rows],
+        dtype=float,
+    )
 
 
 def margin(rows: list[Row], predicted: np.ndarray) -> float:
@@ -177,14 +203,14 @@ def main() -> None:
     sources = {probe: given[probe] or newest(probe) for probe in args.probes.split(",")}
     results: dict[str, dict[str, Any]] = {}
     constants: dict[str, Any] = {}
-    for probe, path in sources.items():
+    for probe, path in list(sources.items()):
         rows = rows_of(path)
         fit_rows = [r for r in rows if r.workload in ZOO_FIT]
         held = [r for r in rows if r.workload in ZOO_HELD_OUT]
         # (fit, predict, the constants in overhead.py now) per probe
         fitter, predict, now_constant = {
             "cpu": (fit_cpu, predict_cpu, CPU_FIT),
-            "virtual": (fit_virtual, predict_virtual, VIRTUAL_RUNTIME),
+            "virtual": (fit_virtual, predict_virtual, VIRTUAL_FIT),
         }[probe]
         fitted = fitter(fit_rows)
         now = score(held, predict(held, now_constant), probe, 1.0)
@@ -196,16 +222,23 @@ def main() -> None:
             "held-out": score(held, predict(held, fitted), probe, bound),
             "held-out, constants before the refit": now,
         }
+        check = newest_check() if probe == "virtual" else None
+        if check is not None:  # configs in neither half: scored, never fitted on
+            check_rows = rows_of(check)
+            results[probe]["check"] = score(check_rows, predict(check_rows, fitted), probe, bound)
+            sources["virtual check"] = check
         print(f"\n{probe} ({path.name}):")
         for name, s in results[probe].items():
             if name == "record":
                 continue
+            source = f" ({sources['virtual check'].name})" if name == "check" else ""
+            name += source
             print(
                 f"  {name}: {s['within']}/{s['configs']} within ±{s['band']:.0%}, median {s['median']:.1%}, "
                 f"measured > 10% above prediction: {len(s['under'])} "
                 + "; ".join(f"{label} {e:+.1%}" for label, e in s["under"])
             )
-            if name != "held-out, constants before the refit":
+            if not name.startswith("held-out, constants before the refit"):
                 print(f"    above prediction x {bound:.3f}: {len(s['over_bound'])} {' '.join(s['over_bound'])}")
     print("\n# paste into platform/elastune/memory/overhead.py")
     if "cpu" in constants:
@@ -217,7 +250,11 @@ def main() -> None:
             f"gradient_share={cpu.gradient_share:.3f})"
         )
     if "virtual" in constants:
-        print(f"VIRTUAL_RUNTIME = int({constants['virtual'][0] / _MiB:.2f} * _MiB)")
+        virtual = constants["virtual"][0]
+        print(
+            f"VIRTUAL_FIT = VirtualFit(runtime={virtual.runtime / _MiB:.2f} * _MiB, "
+            f"churn_share={virtual.churn_share:.4f}, churn_cap={virtual.churn_cap / _MiB:.2f} * _MiB)"
+        )
     for probe, (_, bound) in constants.items():
         kind = KINDS[probe]
         held = results[probe]["held-out"]
@@ -234,7 +271,9 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
     figures = []
     for probe, by_set in results.items():
         share = SHARES[probe]
-        for name in ("held-out", "fit"):
+        for name in ("held-out", "fit", "check"):
+            if name not in by_set:
+                continue
             s = by_set[name]
             figures += [
                 Figure(
@@ -280,19 +319,36 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
                 if "cpu" in constants
                 else {}
             ),
-            **({"virtual_runtime_mib": round(constants["virtual"][0] / _MiB, 2)} if "virtual" in constants else {}),
+            **(
+                {
+                    "virtual_fit": {
+                        "runtime_mib": round(constants["virtual"][0].runtime / _MiB, 3),
+                        "churn_share": round(constants["virtual"][0].churn_share, 4),
+                        "churn_cap_mib": round(constants["virtual"][0].churn_cap / _MiB, 3),
+                    }
+                }
+                if "virtual" in constants
+                else {}
+            ),
             "screen_margin": {KINDS[probe]: round(bound, 3) for probe, (_, bound) in constants.items()},
         },
         notes=[
             "measured peaks from the source records, predictions re-scored under constants fitted on the fit half "
-            "only (bench/fit_overhead.py): the held-out figures are the result, the fit half's are a fit",
+            "only (bench/fit_overhead.py): the held-out figures are the result, the fit half's are a fit"
+            + (
+                "; the check set (virtual) holds configs in neither half, named before the small-block term was "
+                "fitted and measured after"
+                if "virtual check" in sources
+                else ""
+            ),
         ],
         table={
             "columns": ["probe", "config", "set", "error"],
             "rows": [
                 [probe, label, name, f"{e:+.1%}"]
                 for probe, by_set in results.items()
-                for name in ("fit", "held-out")
+                for name in ("fit", "held-out", "check")
+                if name in by_set
                 for label, e in by_set[name]["errors"].items()
             ],
         },

@@ -10,7 +10,7 @@ import pytest
 from elastune.cli import main
 from elastune.config import RunConfig
 from elastune.memory.estimate import estimate
-from elastune.memory.overhead import CPU_FIT, CpuInputs, cpu_other, cpu_other_parts
+from elastune.memory.overhead import CPU_FIT, CpuInputs, VirtualFit, cpu_other, cpu_other_parts, virtual_other_parts
 
 from tests.conftest import TINY
 
@@ -31,7 +31,24 @@ def test_the_cpu_terms_are_named_and_sum_to_other(tiny_cfg: MakeCfg, sparse: str
 
 def test_the_virtual_devices_terms_are_named_and_sum_to_other(tiny_cfg: MakeCfg) -> None:
     est = estimate(tiny_cfg(), virtual=True)
-    assert est.overhead == {"runtime": int(7.06 * MiB)} == {"runtime": est.breakdown["other"]}  # fitted
+    assert set(est.overhead) == {"runtime", "small_block_heap"}
+    assert sum(est.overhead.values()) == est.breakdown["other"]
+    assert est.overhead["runtime"] == int(5.43 * MiB)  # fitted
+    # a tiny config's steps make some small blocks, far fewer than the cap (26.8 MiB a step)
+    assert 0 < est.overhead["small_block_heap"] < 0.4002 * 26.8 * MiB / 2
+
+
+def test_small_block_churn_past_the_fit_halfs_range_is_priced_as_its_most() -> None:
+    fit = VirtualFit(runtime=5 * MiB, churn_share=0.5, churn_cap=20 * MiB)
+    assert virtual_other_parts(10 * MiB, fit) == {"runtime": 5 * MiB, "small_block_heap": 5 * MiB}
+    assert (
+        virtual_other_parts(20 * MiB, fit)
+        == virtual_other_parts(50 * MiB, fit)
+        == {
+            "runtime": 5 * MiB,
+            "small_block_heap": 10 * MiB,
+        }
+    )
 
 
 def test_naming_the_terms_leaves_the_heap_models_figure_as_it_was() -> None:

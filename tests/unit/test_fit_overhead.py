@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import fit_overhead
-from elastune.memory.overhead import VIRTUAL_ONEDNN, CpuFit, CpuInputs, cpu_other
+from elastune.memory.overhead import VIRTUAL_ONEDNN, CpuFit, CpuInputs, VirtualFit, cpu_other, virtual_other_parts
 
 MiB = 2**20
 KNOWN = CpuFit(fixed=20 * MiB, row_optimizer=-8 * MiB, activation_share=0.6, traced_share=0.02, gradient_share=0.5)
@@ -43,17 +43,21 @@ def test_the_cpu_heap_model_is_recovered_from_rows_it_made() -> None:
     assert fitted.gradient_share == pytest.approx(KNOWN.gradient_share, rel=0.05)
 
 
-def test_the_virtual_runtime_is_the_mean_residual_and_the_margin_the_worst_under_prediction() -> None:
+def test_the_virtual_model_is_recovered_and_the_margin_is_the_worst_under_prediction() -> None:
     rng = random.Random(4)
-    residuals = [6 * MiB, 8 * MiB, 7 * MiB, 9 * MiB]  # mean 7.5 MiB
+    known = VirtualFit(runtime=6 * MiB, churn_share=0.4, churn_cap=30 * MiB)
     rows = []
-    for i, extra in enumerate(residuals):
+    for i in range(12):
         x = _inputs(rng)
-        onednn = i % 2 == 0
-        rows.append(fit_overhead.Row(f"w: c{i}", "w", x.traced + extra + VIRTUAL_ONEDNN * onednn, x, onednn))
-    runtime = fit_overhead.fit_virtual(rows)
-    assert runtime == pytest.approx(7.5 * MiB)
-    predicted = fit_overhead.predict_virtual(rows, runtime)
+        churn = rng.randint(1, 30) * MiB
+        onednn = i % 3 == 0
+        extra = sum(virtual_other_parts(churn, known).values()) + rng.choice([-1, 1]) * MiB  # +-1 MiB of noise
+        rows.append(fit_overhead.Row(f"w: c{i}", "w", x.traced + extra + VIRTUAL_ONEDNN * onednn, x, onednn, churn))
+    fitted = fit_overhead.fit_virtual(rows)
+    assert fitted.churn_cap == max(r.churn for r in rows)  # the fit half's range, not fitted
+    assert fitted.runtime == pytest.approx(known.runtime, abs=1.5 * MiB)
+    assert fitted.churn_share == pytest.approx(known.churn_share, abs=0.08)
+    predicted = fit_overhead.predict_virtual(rows, fitted)
     worst = max(r.measured / p for r, p in zip(rows, predicted, strict=True))
     assert worst > 1.0 and fit_overhead.margin(rows, predicted) == pytest.approx(worst)
     # a model that never under-predicts needs no margin

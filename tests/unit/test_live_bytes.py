@@ -10,9 +10,8 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-
 from elastune.memory.live_bytes import LiveBytes
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 B, D = 2048, 256
 BLOCK = B * D * 4  # one [B, D] fp32 tensor: 2 MiB
@@ -135,3 +134,16 @@ def test_an_addition_outside_backward_counts_its_result() -> None:
             d = c + c
             del d
     assert tracker.peak == 2 * BLOCK
+
+
+def test_small_block_churn_counts_the_steps_blocks_under_the_virtual_devices_threshold() -> None:
+    tracker = LiveBytes()
+    with FakeTensorMode(), tracker:
+        torch.empty(1024, dtype=torch.uint8)  # outside a step: not counted
+        for _ in range(2):
+            with tracker.step():
+                torch.empty(100 * 1024, dtype=torch.uint8)  # small: counted
+                torch.empty(256 * 1024, dtype=torch.uint8)  # at the threshold: mapped, not counted
+                torch.empty(30 * 1024, dtype=torch.uint8)
+    assert tracker.train_steps == 2
+    assert tracker.small_block_churn() == 130 * 1024

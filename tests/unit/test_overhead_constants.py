@@ -27,7 +27,10 @@ def test_the_fitted_constants_are_the_records(refit: dict) -> None:
     assert overhead.CPU_FIT.row_optimizer == pytest.approx(fit["row_optimizer"], abs=0.05 * MiB)
     for share in ("activation_share", "traced_share", "gradient_share"):
         assert getattr(overhead.CPU_FIT, share) == pytest.approx(fit[share], abs=5e-4), share
-    assert pytest.approx(refit["settings"]["virtual_runtime_mib"] * MiB, abs=0.01 * MiB) == overhead.VIRTUAL_RUNTIME
+    virtual = refit["settings"]["virtual_fit"]
+    assert overhead.VIRTUAL_FIT.runtime == pytest.approx(virtual["runtime_mib"] * MiB, abs=0.01 * MiB)
+    assert overhead.VIRTUAL_FIT.churn_share == pytest.approx(virtual["churn_share"], abs=5e-4)
+    assert overhead.VIRTUAL_FIT.churn_cap == pytest.approx(virtual["churn_cap_mib"] * MiB, abs=0.01 * MiB)
 
 
 def test_the_screening_margins_are_the_records(refit: dict) -> None:

@@ -170,6 +170,7 @@ OVERHEAD_LABELS = {
     "activation_holes": "heap: freed activation blocks",
     "gradient_holes": "heap: freed gradient blocks",
     "heap_rounding": "heap: page and chunk rounding",
+    "small_block_heap": "heap: small blocks' churn (under 256 KiB)",
     "onednn_cache": "oneDNN primitive cache",
     "allocator": "caching allocator: rounding, fragmentation, kernels' buffers",
     "data_reader": "data reader (pyarrow, text read ahead, parsed blocks)",

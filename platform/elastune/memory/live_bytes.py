@@ -29,6 +29,7 @@ import os
 import sys
 import weakref
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import torch
@@ -37,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from elastune.memory.cuda_allocator import CachingAllocator
 from elastune.memory.cuda_kernels import SCATTERS, ZEROS, kernel_buffers
-from elastune.training.probe import HEAP_MMAP_THRESHOLD
+from elastune.training.probe import HEAP_MMAP_THRESHOLD, VIRTUAL_MMAP_THRESHOLD
 
 __all__ = ["PARTS", "LiveBytes"]
 
@@ -55,7 +56,7 @@ _PLUMBING = tuple(
 def _called_by_engine() -> bool:
     """The op a dispatch mode sees was called by autograd's engine itself: the first Python frame
     above the mode's, torch's dispatch plumbing aside, is the one backward runs under."""
-    frame = sys._getframe(3)  # above this function, `_summed_into` and `__torch_dispatch__`
+    frame: FrameType | None = sys._getframe(3)  # above this function, `_summed_into` and `__torch_dispatch__`
     while frame is not None and frame.f_code.co_filename.startswith(_PLUMBING):
         frame = frame.f_back
     return frame is not None and frame.f_code is _ENGINE
@@ -63,7 +64,7 @@ def _called_by_engine() -> bool:
 
 def _references(t: torch.Tensor) -> tuple[int, int]:
     """How many references `t`'s TensorImpl and its storage have, as seen from a dispatch mode."""
-    return t._use_count(), torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+    return t._use_count(), torch._C._storage_Use_Count(t.untyped_storage()._cdata)  # type: ignore[attr-defined]
 
 
 class _SoleOwnerProbe(TorchDispatchMode):
@@ -134,6 +135,11 @@ class LiveBytes(TorchDispatchMode):
         self.train_peak = 0
         self._at_train_peak: dict[int, int] = {}
         self.heap_grad_bytes = 0  # one step's dense gradients, each under the CPU heap's mmap threshold
+        # the training steps' churn of small blocks: the bytes of every storage under the virtual
+        # device's mmap threshold they made (those come from glibc's heap there), and the steps
+        self._stepping = False
+        self._small_blocks = 0
+        self.train_steps = 0
         self._update_serials: set[int] = set()  # storages made inside an optimizer step
         self._at_peak: dict[int, int] = {}  # serial -> bytes, live at the peak
         self._roles: dict[int, str] = {}  # serial -> parameters | gradients | optimizer_state
@@ -194,6 +200,8 @@ class LiveBytes(TorchDispatchMode):
             weakref.finalize(storage, self._host_live.discard, key)
             return
         size = storage.nbytes()
+        if self._stepping and size < VIRTUAL_MMAP_THRESHOLD:
+            self._small_blocks += size
         self._serial += 1
         self._live[key] = (self._serial, size)
         if self.cuda is not None:
@@ -255,6 +263,21 @@ class LiveBytes(TorchDispatchMode):
         first = self._serial
         yield
         self._update_serials.update(range(first + 1, self._serial + 1))
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """One training step (forward, backward, optimizer step): counted for `small_block_churn`."""
+        self._stepping = True
+        try:
+            yield
+        finally:
+            self._stepping = False
+            self.train_steps += 1
+
+    def small_block_churn(self) -> int:
+        """Bytes of storages under the virtual device's mmap threshold made per training step
+        (forward, backward and optimizer step), a mean over the traced steps."""
+        return self._small_blocks // max(1, self.train_steps)
 
     def train_activations(self, *, heap_only: bool = False) -> int:
         """Bytes live at the training steps' peak that are neither parameters, gradients nor

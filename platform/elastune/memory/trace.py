@@ -134,13 +134,14 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
     tracker.training = True
     replay = tracker.cuda is not None
     for batch in _batches(workload, cfg.batch.effective, 2, replay=replay):
-        tracker.begin_transient()
-        forward_backward(model, workload, batch, cfg.batch.micro, autocast, scaler)
-        tracker.end_transient()
-        with tracker.updating():
-            opts.step(scaler)
-        tracker.mark(model, opts)  # grads and state are all alive here
-        opts.zero_grad()
+        with tracker.step():
+            tracker.begin_transient()
+            forward_backward(model, workload, batch, cfg.batch.micro, autocast, scaler)
+            tracker.end_transient()
+            with tracker.updating():
+                opts.step(scaler)
+            tracker.mark(model, opts)  # grads and state are all alive here
+            opts.zero_grad()
         del batch
     model.eval()
     with torch.no_grad(), autocast():

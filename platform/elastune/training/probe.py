@@ -296,7 +296,7 @@ class VirtualProbe:
         """Nothing is cached: freed large blocks are already unmapped."""
 
 
-_MMAP_THRESHOLD_BYTES = 256 * 1024
+VIRTUAL_MMAP_THRESHOLD = 256 * 1024  # the virtual device maps every block of this size or more
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
 HEAP_MMAP_THRESHOLD = 32 * 2**20  # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 _NEVER_TRIM = 2**31 - 1  # mallopt takes an int
@@ -344,8 +344,8 @@ def _map_large_blocks() -> None:
         return
     # A fixed threshold also switches off glibc's adaptive one; trimming at the same size returns
     # the heap's free top to the system instead of keeping it resident.
-    libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-    libc.mallopt(_M_TRIM_THRESHOLD, _MMAP_THRESHOLD_BYTES)
+    libc.mallopt(_M_MMAP_THRESHOLD, VIRTUAL_MMAP_THRESHOLD)
+    libc.mallopt(_M_TRIM_THRESHOLD, VIRTUAL_MMAP_THRESHOLD)
 
 
 def probe_for(device: torch.device) -> DeviceProbe:
