@@ -149,7 +149,7 @@ def virtual_other_parts(churn: int, fit: VirtualFit = VIRTUAL_FIT) -> dict[str, 
 
 # per probe kind; CUDA has no held-out figures yet (the zoo has not run on a GPU)
 HELD_OUT: dict[str, HeldOutError] = {
-    "cpu_rss_hwm": HeldOutError(band=0.15, within=20, configs=24, median=0.089, worst_under=-0.230),
+    "cpu_rss_hwm": HeldOutError(band=0.15, within=20, configs=24, median=0.089, worst_under=-0.270),
     "virtual": HeldOutError(band=0.10, within=22, configs=24, median=0.021, worst_under=-0.034),
 }
 
