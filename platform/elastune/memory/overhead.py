@@ -36,7 +36,7 @@ CUDA figure is derived, not fitted.
   its tensors between steps; at micro 32, 2 MiB a step, 5-7). The trace counts that churn
   (`LiveBytes.small_block_churn`); the share of it held is fitted with the runtime on the zoo's fit
   half (bench/fit_overhead.py), and churn beyond the most the fit half made is priced as that most
-  (the heap's holes are refilled, not added to, past some churn; where is not measured). Workloads
+  (nothing was fitted past it; the heap's share is not known to keep rising there). Workloads
   still spread around the model by a few MiB (SASRec's runs hold 1-3 MiB over their tensors, less
   than the runtime: which of its parts differs is not isolated). Where bf16 matmuls run
   through oneDNN (a CPU with AVX-512), another 6 MiB: oneDNN keeps each matmul shape's primitive,
