@@ -337,7 +337,7 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
             "only (bench/fit_overhead.py): the held-out figures are the result, the fit half's are a fit"
             + (
                 "; the check set (virtual) holds configs in neither half, named before the small-block term was "
-                "fitted and measured after"
+                "fitted, their figures read after its constants were fixed"
                 if "virtual check" in sources
                 else ""
             ),
