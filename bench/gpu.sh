@@ -9,6 +9,8 @@
 #   lm         the LM quick sweep, the same way (bench/parity.py --spec search_spaces/lm_quick.yaml)
 #   estimator  predicted vs measured peaks on CUDA over the estimator's zoo (twelve workloads, its
 #              fit and held-out halves apart)
+#   check      the same over the zoo's check set (bench/estimator.py --suite zoo_check: configs in
+#              neither half, never measured on a GPU)
 #   tests      the tests that need CUDA
 #
 # Each step runs under its own time limit and only while the call's budget (BUDGET_S, default 530
@@ -26,7 +28,7 @@
 # --only      a comma-separated subset of the steps above, in their order
 set -uo pipefail
 cd "$(dirname "$0")/.."
-DRY=0 PACK="" ONLY="parity,edo,lm,estimator,tests"
+DRY=0 PACK="" ONLY="parity,edo,lm,estimator,check,tests"
 while [[ $# -gt 0 ]]; do
     case $1 in
         --dry-run) DRY=1; shift ;;
@@ -110,6 +112,7 @@ if [[ $DRY == 1 ]]; then
     step lm 300 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${SWEEP[@]}" \
         --set budget.trial_samples=256
     step estimator 200 $PY bench/estimator.py --suite zoo --device cpu --only 0,40 --repeat 1
+    step check 200 $PY bench/estimator.py --suite zoo_check --device cpu --only 9 --repeat 1
     step tests 200 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py
 else
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
@@ -122,6 +125,7 @@ else
         --set budget.max_trials=4
     # the zoo: twelve workloads, its fit and held-out halves reported apart
     step estimator 300 $PY bench/estimator.py --suite zoo --device cuda --jobs 8 --repeat 1
+    step check 150 $PY bench/estimator.py --suite zoo_check --device cuda --jobs 8 --repeat 1
     step tests 90 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py \
         tests/unit/test_estimate.py tests/unit/test_loop.py
 fi
