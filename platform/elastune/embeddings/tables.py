@@ -106,8 +106,9 @@ class TableSet(nn.Module):
             part = ids[:, columns, :]
             # A shared table: its features' ids stacked into the batch, one lookup of one table.
             pooled = _lookup(module, dim, part) if is_shared else module(part)  # [B, k, dim]
-            for j, feature in enumerate(names):
-                outputs[feature] = pooled[:, j, :]
+            # unbind, not pooled[:, j] per feature: the backward of k selects writes k zero-filled
+            # copies of the whole [B, k, dim] (quadratic in k); unbind's stacks the k gradients once.
+            outputs.update(zip(names, pooled.unbind(1), strict=True))
         if len(set(self.dims.values())) == 1:
             return torch.stack([outputs[f] for f in self.features], dim=1)
         return outputs
