@@ -88,3 +88,46 @@ def test_bad_table_declarations_are_refused(tables: list[TableSpec], says: str) 
 def test_a_table_spec_checks_its_numbers() -> None:
     with pytest.raises(ValueError, match="table 'tiny': rows must be >= 2"):
         TableSpec("tiny", 1, 4)
+
+
+def _backward_bytes(features: int, batch: int = 64, dim: int = 16) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """Bytes the aten ops of one backward through a table read by `features` features write (their
+    outputs' sizes), with the table's gradient and the ids the forward read."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Written(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    Written.total += t.numel() * t.element_size()
+            return out
+
+    names = tuple(f"f{i}" for i in range(features))
+    torch.manual_seed(0)
+    emb = build_tables([TableSpec("words", 50, dim, features=names)], EmbeddingConfig(strategy="full"))
+    ids = torch.randint(0, 50, (batch, features, 1))
+    out = emb(ids)
+    assert isinstance(out, torch.Tensor)
+    loss = (out * torch.arange(features * dim, dtype=torch.float32).view(1, features, dim)).sum()
+    with Written():
+        loss.backward()
+    (weight,) = list(emb.parameters())
+    assert weight.grad is not None
+    return Written.total, weight.grad, ids
+
+
+def test_a_table_read_by_many_features_backpropagates_in_work_linear_in_them() -> None:
+    """Each feature's slice of a shared table's output: the backward writes about as many bytes
+    per feature for 64 features as for 8 (a select per feature wrote a zero-filled copy of the whole
+    output per feature: six times as many per feature at 64). The gradient is each feature's
+    upstream gradient summed into the rows it read."""
+    few, _, _ = _backward_bytes(8)
+    many, grad, ids = _backward_bytes(64)
+    assert many / 64 < 2 * few / 8, (few, many)
+    upstream = torch.arange(64 * 16, dtype=torch.float32).view(64, 16)  # d loss / d out[b, j]: the same for every b
+    expected = torch.zeros(50, 16)
+    expected.index_add_(0, ids[:, :, 0].reshape(-1), upstream.repeat(ids.shape[0], 1))
+    torch.testing.assert_close(grad, expected)
