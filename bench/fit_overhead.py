@@ -80,7 +80,9 @@ class Row:
 
 
 def _by_date(pattern: str) -> list[Path]:
-    return sorted(RECORDS.glob(pattern), key=lambda p: json.loads(p.read_text())["date"])
+    """Oldest first: by the record's date, then by its name, whose NAME-YYYYMMDD-HHMMSS part orders
+    the records of one day (a date alone ties them all)."""
+    return sorted(RECORDS.glob(pattern), key=lambda p: (json.loads(p.read_text())["date"], p.name))
 
 
 def newest_check() -> Path | None:

@@ -70,3 +70,17 @@ def test_a_record_whose_halves_moved_is_refused(tmp_path: Path) -> None:
     record.write_text(json.dumps({"settings": {"fit_set": moved}, "table": {"columns": [], "rows": []}}))
     with pytest.raises(SystemExit, match="halves never move"):
         fit_overhead.rows_of(record)
+
+
+def test_the_newest_record_of_a_day_is_the_one_made_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records carry a day, not a time: of one day's, the newest is the one whose name's time is
+    latest, whatever order the folder lists them in."""
+    names = ["20261127-211004-8fb65b2", "20261127-171413-269be50", "20261126-235959-aaaaaaa"]
+    for name, day in zip(names, ["2026-11-27", "2026-11-27", "2026-11-26"], strict=True):
+        (tmp_path / f"estimator-zoo_check-virtual-{name}.json").write_text(json.dumps({"date": day}))
+    monkeypatch.setattr(fit_overhead, "RECORDS", tmp_path)
+    newest = fit_overhead.newest_check()
+    assert newest is not None and newest.name == "estimator-zoo_check-virtual-20261127-211004-8fb65b2.json"
+    assert [p.name[-28:-5] for p in fit_overhead._by_date("estimator-zoo_check-*.json")] == [
+        "20261126-235959-aaaaaaa", "20261127-171413-269be50", "20261127-211004-8fb65b2"
+    ]  # fmt: skip
