@@ -105,7 +105,7 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart.
     # Padded by the screening margin: a trial whose smallest shape measures 1% over a bare
     # estimate has nothing left to shrink and fails. And by at least the virtual device's own
-    # spread in bytes (DEMAND_PADDING_MIN): a small trial's tables dominate every shape, so 12% of a
+    # spread in bytes (DEMAND_PADDING_MIN): a small trial's tables dominate every shape, so 15% of a
     # small estimate is less than that spread at every micro-batch down to 1.
     def priced(c: RunConfig) -> int:
         predicted = estimate(c, virtual=True).peak_bytes
