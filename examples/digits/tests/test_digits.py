@@ -134,7 +134,7 @@ def test_it_is_estimated_within_10_percent_on_the_virtual_device() -> None:
     """Predicted within ±10% of the peak measured on the CPU device EDO gives its trials (anonymous
     resident memory, which follows the live tensors). This workload is predicted a steady few MiB
     over (the virtual device's fitted runtime is more than it holds): at the default micro-batch of
-    1024 (39 MiB) that read 10.4% over in one CI run; at 4096 (123 MiB) 2.2% (2.8 MiB) today. Six
+    1024 (39 MiB) that read 10.4% over in one CI run; at 4096 (123 MiB) about 2% (3 MiB). Six
     steps: the peak is reached by the second (Adam's state exists from the first); 20 steps measured
     0.3% higher than 6, at 2.6 times the time (a step at this batch takes about a second on one thread)."""
     from elastune.memory.estimate import estimate
