@@ -339,7 +339,7 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
             "only (bench/fit_overhead.py): the held-out figures are the result, the fit half's are a fit"
             + (
                 "; the check set (virtual) holds configs in neither half, named before the small-block term was "
-                "fitted, their figures read after its constants were fixed"
+                "fitted and fitted on by nothing (whether its run was blind: that record's notes)"
                 if "virtual check" in sources
                 else ""
             ),
