@@ -16,6 +16,7 @@ from elastune.embeddings.sparse_optim import pooled_sum, traced_distinct_rows
 from elastune.memory.estimate import PARTS, distinct_rows, estimate, trace
 from elastune.validate import load_run_config
 from elastune.workloads import build_workload
+from elastune.workloads.dlrm import DLRMWorkload
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 MakeCfg = Callable[..., RunConfig]
@@ -39,6 +40,24 @@ def test_breakdown_sums_to_the_peak(tiny_cfg: MakeCfg) -> None:
     assert sum(est.breakdown.values()) == est.peak_bytes
     assert est.kind == ("cuda_reserved" if cfg.device.startswith("cuda") else "cpu_rss_hwm")
     assert est.traced_peak_bytes <= est.peak_bytes
+
+
+class GatheringDLRM(DLRMWorkload):
+    """DLRM whose `evaluate` (as a retrieval metric's would) keeps 1,024 floats per held-out row."""
+
+    def example_eval_state(self, samples: int) -> list[torch.Tensor]:
+        return [torch.empty(samples, 1024)]
+
+
+def test_what_evaluate_gathers_is_priced_beside_the_eval_batch(tiny_cfg: MakeCfg) -> None:
+    """A workload's declared evaluation state is held through the traced eval batch: the traced
+    peak is that state plus what the eval phase holds anyway (parameters, optimizer state, one
+    batch), and no more than that plus the training peak."""
+    gathered = 16384 * 1024 * 4  # 64 MiB: far above the tiny config's training peak
+    plain = trace(tiny_cfg("eval.samples=16384"))
+    gathering = trace(tiny_cfg("workload=tests.unit.test_estimate:GatheringDLRM", "eval.samples=16384"))
+    assert plain.peak < gathered / 16
+    assert gathered < gathering.peak <= gathered + plain.peak
 
 
 def test_parameters_and_adam_state_are_counted_exactly(tiny_cfg: MakeCfg) -> None:

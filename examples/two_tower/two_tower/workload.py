@@ -199,8 +199,9 @@ class TwoTowerWorkload(Workload):
         """recall@10 of each held-out watch among every item of the held-out set (and, under bce,
         eval log loss).
 
-        The estimator prices evaluation by tracing `eval_step` on one eval batch, not this method, so
-        it keeps little: one vector per held-out row, and 64 users x the candidates scored at a time."""
+        The estimator traces `eval_step` on one eval batch, not this method, beside what
+        `example_eval_state` says this method gathers: two vectors per held-out row (held twice, in
+        the lists and concatenated), the rows' ids, and 64 users x the candidates scored at a time."""
         users, items, ids, watched = [], [], [], []
         loss_sum = 0.0
         for batch in batches:
@@ -226,6 +227,20 @@ class TwoTowerWorkload(Workload):
         if self.options.loss == "bce":
             metrics["logloss"] = loss_sum / max(len(item_id), 1)
         return metrics
+
+    def example_eval_state(self, samples: int) -> list[torch.Tensor]:
+        """What `evaluate` holds once it has gathered `samples` held-out rows: every row's user and
+        item vectors twice (each batch's own, kept in the lists, and their concatenation), the
+        batches' ids (the item-id column is a view that keeps each batch's whole id tensor), the
+        concatenated item ids and their positions among the candidates, and the candidates' vectors."""
+        width = self.options.tower[-1]
+        candidates = min(samples, self.table_sizes[self.towers.item_id])
+        return [
+            *(torch.empty(samples, width) for _ in range(4)),
+            torch.empty(samples, len(self.table_sizes), self.pooling, dtype=torch.int64),
+            *(torch.empty(samples, dtype=torch.int64) for _ in range(2)),
+            torch.empty(candidates, width),
+        ]
 
     def example_batch(self, n: int) -> ClickBatch:
         features = len(self.table_sizes)

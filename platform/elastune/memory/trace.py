@@ -1,7 +1,8 @@
 """The fake-tensor trace: what training a config allocates, step for step, with nothing allocated.
 
 The model is built and two full training steps run (forward and backward over every micro-batch,
-then the optimizer step), then one evaluation batch, all under `FakeTensorMode`. Fake tensors carry
+then the optimizer step), then one evaluation batch (beside what the workload says its `evaluate`
+keeps across batches: `Workload.example_eval_state`), all under `FakeTensorMode`. Fake tensors carry
 shapes and dtypes but no data, so even the real-size Criteo tables (tens of GB) trace in about a
 second; `LiveBytes` (live_bytes.py) keeps the high-water mark of live bytes. Two steps, because
 optimizer state is created lazily in the first and is resident through the second.
@@ -145,9 +146,11 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
         del batch
     model.eval()
     with torch.no_grad(), autocast():
+        kept = workload.example_eval_state(cfg.eval.samples)  # what `evaluate` gathers across batches
         for batch in _batches(workload, cfg.eval.batch or cfg.batch.micro, 1, replay=replay, held_out=True):
             workload.eval_step(model, batch, cast(Mapping[str, Any], _UNRECORDED))
             del batch
+        del kept
 
 
 def _batches(workload: Workload, n: int, count: int, *, replay: bool, held_out: bool = False) -> Iterator[Batch]:

@@ -191,3 +191,12 @@ class Workload:
         blocks of every shape it has served, so what it reserves depends on the sequence of shapes,
         not only on the largest. None (default): every batch is shaped as `example_batch`'s."""
         return None
+
+    def example_eval_state(self, samples: int) -> list[torch.Tensor]:
+        """What `evaluate` keeps across the held-out batches at its peak, for `samples` of them,
+        made with torch's factory functions: the estimator holds these on fake tensors while it
+        traces an eval batch, so an evaluation that gathers every row's outputs before scoring
+        them (a retrieval metric ranking each user against the whole held-out catalogue) is priced,
+        not only `eval_step`'s one batch. Default: nothing kept (`eval_step` updates metrics whose
+        state is a few numbers)."""
+        return []
