@@ -52,12 +52,14 @@ class GatheringDLRM(DLRMWorkload):
 def test_what_evaluate_gathers_is_priced_beside_the_eval_batch(tiny_cfg: MakeCfg) -> None:
     """A workload's declared evaluation state is held through the traced eval batch: the traced
     peak is that state plus what the eval phase holds anyway (parameters, optimizer state, one
-    batch), and no more than that plus the training peak."""
+    batch), and no more than that plus the training peak; the training steps' peak is untouched."""
     gathered = 16384 * 1024 * 4  # 64 MiB: far above the tiny config's training peak
     plain = trace(tiny_cfg("eval.samples=16384"))
     gathering = trace(tiny_cfg("workload=tests.unit.test_estimate:GatheringDLRM", "eval.samples=16384"))
     assert plain.peak < gathered / 16
     assert gathered < gathering.peak <= gathered + plain.peak
+    # the training steps' own peak, where the CPU heap model looks for activation holes, is the same
+    assert gathering.train_peak == plain.train_peak < gathered
 
 
 def test_parameters_and_adam_state_are_counted_exactly(tiny_cfg: MakeCfg) -> None:

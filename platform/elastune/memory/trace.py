@@ -144,6 +144,7 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
             tracker.mark(model, opts)  # grads and state are all alive here
             opts.zero_grad()
         del batch
+    tracker.training = False  # the training steps' peak (`train_peak`) leaves the evaluation out
     model.eval()
     with torch.no_grad(), autocast():
         kept = workload.example_eval_state(cfg.eval.samples)  # what `evaluate` gathers across batches
