@@ -58,7 +58,7 @@ GROW_MARGIN = 0.05  # growing needs this much room beyond the prediction, shrink
 # plan_demand's margin over the estimate: the screening margin of the virtual device (the most a
 # config of the estimator's fit half measured above its prediction, memory/overhead.py), and at
 # least 7 MiB: the most a zoo config measured above the virtual device's prediction, in bytes, was
-# 7 MiB under its former constant runtime, 4 MiB under its model now; the wider figure is kept
+# 7 MiB under its former constant runtime, 4.5 MiB under its model now; the wider figure is kept
 DEMAND_PADDING = SCREEN_MARGIN["virtual"] - 1
 DEMAND_PADDING_MIN = 7 * 2**20
 
@@ -105,8 +105,8 @@ def plan_demand(cfg: RunConfig, *, min_micro: int | None = None, min_cache_fract
     # EDO's device is a GPU, or on CPU the virtual device, whose figures the estimator prices apart.
     # Padded by the screening margin: a trial whose smallest shape measures 1% over a bare
     # estimate has nothing left to shrink and fails. And by at least the virtual device's own
-    # spread in bytes (DEMAND_PADDING_MIN): a small trial's tables dominate every shape, so 15% of a
-    # small estimate is less than that spread at every micro-batch down to 1.
+    # spread in bytes (DEMAND_PADDING_MIN): a small trial's tables dominate every shape, so the margin's
+    # share of a small estimate is less than that spread at every micro-batch down to 1.
     def priced(c: RunConfig) -> int:
         predicted = estimate(c, virtual=True).peak_bytes
         return predicted + max(int(predicted * DEMAND_PADDING), DEMAND_PADDING_MIN)
