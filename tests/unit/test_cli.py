@@ -70,6 +70,18 @@ def test_estimate_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert payload["estimated_peak_bytes"] == sum(payload["breakdown"].values())
 
 
+def test_estimate_says_where_the_peak_is(capsys: pytest.CaptureFixture[str]) -> None:
+    """A workload whose evaluation gathers more than a training step holds (tests/unit/test_estimate.py):
+    the table's activations are the evaluation's, and the JSON names the phase."""
+    gathering = [*TINY, "workload=tests.unit.test_estimate:GatheringDLRM", "eval.samples=16384"]
+    assert main(["estimate", *sets(*gathering), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["peak_phase"] == "evaluation"
+    assert main(["estimate", *sets(*TINY), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["peak_phase"] == "training"
+    assert main(["estimate", *sets(*gathering)]) == 0
+    assert "activations (at the evaluation's peak)" in capsys.readouterr().out
+
+
 def test_config_show_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "show", "--set", "batch.micro=512", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["batch"]["micro"] == 512

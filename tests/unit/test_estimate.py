@@ -60,6 +60,7 @@ def test_what_evaluate_gathers_is_priced_beside_the_eval_batch(tiny_cfg: MakeCfg
     assert gathered < gathering.peak <= gathered + plain.peak
     # the training steps' own peak, where the CPU heap model looks for activation holes, is the same
     assert gathering.train_peak == plain.train_peak < gathered
+    assert (plain.peak_phase, gathering.peak_phase) == ("training", "evaluation")
 
 
 def test_parameters_and_adam_state_are_counted_exactly(tiny_cfg: MakeCfg) -> None:

@@ -122,6 +122,7 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
             "upper_bound_bytes": est.upper_bound_bytes,
             "expected_error": est.to_dict()["expected_error"],
             "traced_peak_bytes": est.traced_peak_bytes,
+            "peak_phase": est.peak_phase,
             "seconds": est.seconds,
             "config": cfg.to_dict(),
         }
@@ -132,7 +133,11 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     table.add_column("bytes", justify="right")
     table.add_column("", justify="right")
     for part, size in est.breakdown.items():
-        table.add_row(part, f"{size:,}", human_bytes(size))
+        # activations are the step's unless the peak is elsewhere: an evaluation that gathers its
+        # outputs (`Workload.example_eval_state`), or a build's scratch
+        elsewhere = part == "activations" and est.peak_phase != "training"
+        label = f"{part} (at the {est.peak_phase}'s peak)" if elsewhere else part
+        table.add_row(label, f"{size:,}", human_bytes(size))
         if part == "parameters":
             kind = cfg.embedding.strategy + (" + overrides" if cfg.embedding.overrides else "")
             label = f"  of which {len(tables)} table{'s' if len(tables) > 1 else ''} ({kind})"

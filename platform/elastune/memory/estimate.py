@@ -37,6 +37,7 @@ class Estimate:
     kind: str  # which measured figure it predicts: "cpu_rss_hwm" or "cuda_reserved"
     breakdown: dict[str, int]  # PARTS -> bytes; sums to peak_bytes
     traced_peak_bytes: int  # live tensor bytes at the traced high-water mark
+    peak_phase: str  # where the trace reached that mark: "build", "training" or "evaluation"
     transient_peak_bytes: int  # most bytes forward + backward hold at once beyond the model's
     seconds: float  # how long the estimate took
     overhead: dict[str, int]  # breakdown["other"] by its named terms (memory/overhead.py `other_parts`)
@@ -50,6 +51,7 @@ class Estimate:
             "estimated_peak_bytes": self.peak_bytes,
             "kind": self.kind,
             "traced_peak_bytes": self.traced_peak_bytes,
+            "peak_phase": self.peak_phase,
             "breakdown": dict(self.breakdown),
             "overhead": dict(self.overhead),
             "upper_bound_bytes": self.upper_bound_bytes,
@@ -77,6 +79,7 @@ def estimate(cfg: RunConfig, device: torch.device | None = None, *, virtual: boo
         kind=kind,
         breakdown=breakdown,
         traced_peak_bytes=traced,
+        peak_phase=tracker.peak_phase,
         transient_peak_bytes=tracker.transient_peak,
         seconds=time.perf_counter() - started,
         overhead=overhead,

@@ -127,6 +127,9 @@ class LiveBytes(TorchDispatchMode):
         self._cuda_workspace = False  # the cuBLASLt workspace is allocated (CUDA replay)
         self._fresh_zeros: int | None = None  # storage made by the last op if it made zeros (CUDA replay)
         self.current = self.peak = 0
+        # which part of the run the trace is in ("build", "training", "evaluation": trace.py sets
+        # it), and the part the peak was reached in
+        self.phase = self.peak_phase = "build"
         self._live: dict[int, tuple[int, int]] = {}  # storage address -> (serial, bytes)
         self._serial = 0
         self.transient_peak = self._transient_base = self._transient_top = 0
@@ -210,6 +213,7 @@ class LiveBytes(TorchDispatchMode):
         self._transient_top = max(self._transient_top, self.current)
         if self.current > self.peak:
             self.peak = self.current
+            self.peak_phase = self.phase
             self._at_peak = dict(self._live.values())
         if self.training and self.current > self.train_peak:
             self.train_peak = self.current

@@ -133,6 +133,7 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
     scaler = torch.amp.GradScaler("cpu", enabled=False)  # unscaling is in place: no extra bytes
     model.train()
     tracker.training = True
+    tracker.phase = "training"
     replay = tracker.cuda is not None
     for batch in _batches(workload, cfg.batch.effective, 2, replay=replay):
         with tracker.step():
@@ -145,6 +146,7 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
             opts.zero_grad()
         del batch
     tracker.training = False  # the training steps' peak (`train_peak`) leaves the evaluation out
+    tracker.phase = "evaluation"
     model.eval()
     with torch.no_grad(), autocast():
         kept = workload.example_eval_state(cfg.eval.samples)  # what `evaluate` gathers across batches
