@@ -128,13 +128,12 @@ class LiveBytes(TorchDispatchMode):
         self._fresh_zeros: int | None = None  # storage made by the last op if it made zeros (CUDA replay)
         self.current = self.peak = 0
         # which part of the run the trace is in ("build", "training", "evaluation": trace.py sets
-        # it), and the part the peak was reached in
+        # it), and the part the peak was reached in; `train_peak` below counts "training" alone
         self.phase = self.peak_phase = "build"
         self._live: dict[int, tuple[int, int]] = {}  # storage address -> (serial, bytes)
         self._serial = 0
         self.transient_peak = self._transient_base = self._transient_top = 0
         # the training steps alone (model and optimizers built): where the CPU heap model looks
-        self.training = False
         self.train_peak = 0
         self._at_train_peak: dict[int, int] = {}
         self.heap_grad_bytes = 0  # one step's dense gradients, each under the CPU heap's mmap threshold
@@ -215,7 +214,7 @@ class LiveBytes(TorchDispatchMode):
             self.peak = self.current
             self.peak_phase = self.phase
             self._at_peak = dict(self._live.values())
-        if self.training and self.current > self.train_peak:
+        if self.phase == "training" and self.current > self.train_peak:
             self.train_peak = self.current
             self._at_train_peak = dict(self._live.values())
         weakref.finalize(storage, self._free, key)

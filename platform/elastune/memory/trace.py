@@ -132,7 +132,6 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
     autocast = autocast_for(cfg.precision, torch.device("cpu"))
     scaler = torch.amp.GradScaler("cpu", enabled=False)  # unscaling is in place: no extra bytes
     model.train()
-    tracker.training = True
     tracker.phase = "training"
     replay = tracker.cuda is not None
     for batch in _batches(workload, cfg.batch.effective, 2, replay=replay):
@@ -145,8 +144,7 @@ def _trace_training(cfg: RunConfig, tracker: LiveBytes) -> None:
             tracker.mark(model, opts)  # grads and state are all alive here
             opts.zero_grad()
         del batch
-    tracker.training = False  # the training steps' peak (`train_peak`) leaves the evaluation out
-    tracker.phase = "evaluation"
+    tracker.phase = "evaluation"  # the training steps' peak (`train_peak`) leaves the evaluation out
     model.eval()
     with torch.no_grad(), autocast():
         kept = workload.example_eval_state(cfg.eval.samples)  # what `evaluate` gathers across batches
