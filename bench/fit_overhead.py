@@ -19,6 +19,11 @@ newer), and fits, on the fit half's configs only:
 - the screening margins (`SCREEN_MARGIN`): the most a fit-half config was measured above its
   refitted prediction, as a factor. A sweep screens proposals with prediction x margin.
 
+A CUDA record of the zoo (bench/gpu.sh's `estimator` step on a GPU machine) is scored as it was
+predicted there: the CUDA model's replay of the caching allocator runs only where CUDA does, so its
+terms are not refitted here; its screening margin is fitted on the fit half the same way, and its
+held-out half scored against ±10%. Without such a record the CUDA lines say so and nothing else.
+
 Then it scores both halves under the refitted constants: the held-out half's figures are a result
 (the constants never saw those workloads), the fit half's are a fit. Where a `--suite zoo_check`
 record of the virtual device exists (configs in neither half, named before the small-block term
@@ -28,6 +33,7 @@ expect on a workload of one's own (`HELD_OUT` in overhead.py).
 
     python bench/fit_overhead.py                       # the newest zoo record of each probe
     python bench/fit_overhead.py --cpu A.json --virtual B.json --record
+    python bench/fit_overhead.py --probes cuda         # after a GPU run: the CUDA margin and scores
 
 Paste the printed constants into overhead.py. The records' measurements do not depend on the
 constants, so re-scoring them is exact; a fresh zoo run is the check on new measurements.
@@ -62,9 +68,9 @@ from estimator import ZOO_CHECK, ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
 from record import RECORDS, Figure, write_record
 
 _MiB = 2**20
-BANDS = {"cpu": 0.15, "virtual": 0.10}  # the estimator's targets per probe (±15% CPU, ±10% virtual)
-SHARES = {"cpu": 0.80, "virtual": 0.90}  # ... for at least this share of the held-out configs
-KINDS = {"cpu": "cpu_rss_hwm", "virtual": "virtual"}  # the keys of SCREEN_MARGIN and HELD_OUT in overhead.py
+BANDS = {"cpu": 0.15, "virtual": 0.10, "cuda": 0.10}  # the estimator's targets per probe (±15% CPU, ±10% others)
+SHARES = {"cpu": 0.80, "virtual": 0.90, "cuda": 0.90}  # ... for at least this share of the held-out configs
+KINDS = {"cpu": "cpu_rss_hwm", "virtual": "virtual", "cuda": "cuda_reserved"}  # SCREEN_MARGIN's, HELD_OUT's keys
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,16 @@ class Row:
     churn: int = 0  # bytes of small blocks (under the virtual device's mmap threshold) a training step makes
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """One zoo config of a CUDA record: measured and predicted on the GPU machine, in bytes."""
+
+    label: str
+    workload: str
+    measured: float
+    predicted: float
+
+
 def _by_date(pattern: str) -> list[Path]:
     """Oldest first: by the record's date, then by its name, whose NAME-YYYYMMDD-HHMMSS part orders
     the records of one day (a date alone ties them all)."""
@@ -91,12 +107,36 @@ def newest_check() -> Path | None:
     return paths[-1] if paths else None
 
 
-def newest(probe: str) -> Path:
+def newest(probe: str) -> Path | None:
+    """The newest zoo record of `probe`; None for CUDA where there is none (it needs a GPU machine)."""
     paths = _by_date(f"estimator-zoo-{probe}-*.json")
+    if not paths and probe == "cuda":
+        return None
     if not paths:
         flag = " --probe virtual" if probe == "virtual" else ""
         raise SystemExit(f"no estimator-zoo-{probe} record: run bench/estimator.py --suite zoo{flag} first")
     return paths[-1]
+
+
+def _zoo_record(path: Path) -> dict[str, Any]:
+    record: dict[str, Any] = json.loads(path.read_text())
+    if record["settings"].get("fit_set") != list(ZOO_FIT):
+        raise SystemExit(f"{path.name}: its fit set is not bench/estimator.py's ZOO_FIT; the halves never move")
+    return record
+
+
+def recorded_rows(path: Path) -> list[Recorded]:
+    """A CUDA record's configs with the predictions made where they were measured."""
+    record = _zoo_record(path)
+    columns = record["table"]["columns"]
+    rows = []
+    for cells in record["table"]["rows"]:
+        cell = dict(zip(columns, cells, strict=True))
+        label = cell["config"].rsplit(" (", 1)[0]
+        inputs = cell.get("heap model inputs") or {}
+        measured = inputs.get("measured") or cell["measured MiB"] * _MiB
+        rows.append(Recorded(label, label.split(":")[0], float(measured), float(cell["predicted MiB"]) * _MiB))
+    return rows
 
 
 def rows_of(path: Path) -> list[Row]:
@@ -104,9 +144,7 @@ def rows_of(path: Path) -> list[Row]:
     from elastune.memory.trace import trace
     from elastune.validate import load_run_config
 
-    record = json.loads(path.read_text())
-    if record["settings"].get("fit_set") != list(ZOO_FIT):
-        raise SystemExit(f"{path.name}: its fit set is not bench/estimator.py's ZOO_FIT; the halves never move")
+    record = _zoo_record(path)
     overrides = dict(ZOO_CONFIGS) | dict(ZOO_CHECK)
     columns = record["table"]["columns"]
     rows = []
@@ -167,12 +205,12 @@ def predict_virtual(rows: list[Row], fit: VirtualFit) -> np.ndarray:
     )
 
 
-def margin(rows: list[Row], predicted: np.ndarray) -> float:
+def margin(rows: list[Row] | list[Recorded], predicted: np.ndarray) -> float:
     """The most a config was measured above its prediction, as a factor (at least 1)."""
     return max(1.0, float(np.max(np.array([r.measured for r in rows]) / predicted)))
 
 
-def score(rows: list[Row], predicted: np.ndarray, probe: str, bound: float) -> dict[str, Any]:
+def score(rows: list[Row] | list[Recorded], predicted: np.ndarray, probe: str, bound: float) -> dict[str, Any]:
     errors = predicted / np.array([r.measured for r in rows]) - 1
     band = BANDS[probe]
     paired = list(zip(rows, predicted, errors, strict=True))
@@ -194,18 +232,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu", type=Path, help="estimator-zoo-cpu record (default: the newest)")
     parser.add_argument("--virtual", type=Path, help="estimator-zoo-virtual record (default: the newest)")
-    parser.add_argument("--probes", default="cpu,virtual", help="which probes' constants to refit (default: both)")
+    parser.add_argument("--cuda", type=Path, help="estimator-zoo-cuda record (default: the newest, if there is one)")
+    parser.add_argument(
+        "--probes",
+        default="cpu,virtual,cuda",
+        help="which probes to refit and score (default: all three; CUDA where a record of it exists)",
+    )
     parser.add_argument("--record", action="store_true", help="write the scores as a record (estimator-zoo-refit)")
     from record import add_arguments, refuse_dirty
 
     add_arguments(parser)
     args = parser.parse_args()
+    if args.record and not {"cpu", "virtual"} <= set(args.probes.split(",")):
+        # RESULTS.md shows the newest refit record: one without a probe would drop that probe's figures
+        raise SystemExit("--record: a refit record holds the CPU and virtual figures; leave --probes out")
     refuse_dirty(args.allow_dirty or not args.record)
-    given = {"cpu": args.cpu, "virtual": args.virtual}
-    sources = {probe: given[probe] or newest(probe) for probe in args.probes.split(",")}
+    given = {"cpu": args.cpu, "virtual": args.virtual, "cuda": args.cuda}
+    sources: dict[str, Path] = {}
+    for probe in args.probes.split(","):
+        if probe not in KINDS:
+            raise SystemExit(f"--probes: {probe!r} is not a probe; choose from {','.join(KINDS)}")
+        path = given[probe] or newest(probe)
+        if path is None:
+            print("\ncuda: no estimator-zoo-cuda record (made on a GPU machine by bench/gpu.sh); not scored")
+            continue
+        sources[probe] = path
     results: dict[str, dict[str, Any]] = {}
     constants: dict[str, Any] = {}
     for probe, path in list(sources.items()):
+        if probe == "cuda":
+            scored = score_recorded(path)
+            if scored is None:
+                del sources[probe]
+                continue
+            results[probe], constants[probe] = scored
+            _print(probe, path, results[probe], constants[probe][1], sources)
+            continue
         rows = rows_of(path)
         fit_rows = [r for r in rows if r.workload in ZOO_FIT]
         held = [r for r in rows if r.workload in ZOO_HELD_OUT]
@@ -229,20 +291,9 @@ def main() -> None:
             check_rows = rows_of(check)
             results[probe]["check"] = score(check_rows, predict(check_rows, fitted), probe, bound)
             sources["virtual check"] = check
-        print(f"\n{probe} ({path.name}):")
-        for name, s in results[probe].items():
-            if name == "record":
-                continue
-            source = f" ({sources['virtual check'].name})" if name == "check" else ""
-            name += source
-            print(
-                f"  {name}: {s['within']}/{s['configs']} within ±{s['band']:.0%}, median {s['median']:.1%}, "
-                f"measured > 10% above prediction: {len(s['under'])} "
-                + "; ".join(f"{label} {e:+.1%}" for label, e in s["under"])
-            )
-            if not name.startswith("held-out, constants before the refit"):
-                print(f"    above prediction x {bound:.3f}: {len(s['over_bound'])} {' '.join(s['over_bound'])}")
-    print("\n# paste into platform/elastune/memory/overhead.py")
+        _print(probe, path, results[probe], bound, sources)
+    if constants:
+        print("\n# paste into platform/elastune/memory/overhead.py")
     if "cpu" in constants:
         cpu, _ = constants["cpu"]
         print(
@@ -267,6 +318,43 @@ def main() -> None:
         )
     if args.record:
         _record(sources, results, constants)
+
+
+def score_recorded(path: Path) -> tuple[dict[str, Any], tuple[None, float]] | None:
+    """A CUDA record, scored as it was predicted where it ran; the screening margin is fitted on its
+    fit half. None (and a line saying why) where a half is missing: a GPU run cut short."""
+    rows = recorded_rows(path)
+    fit_rows = [r for r in rows if r.workload in ZOO_FIT]
+    held = [r for r in rows if r.workload in ZOO_HELD_OUT]
+    if not fit_rows or not held:
+        print(f"\ncuda ({path.name}): {len(fit_rows)} fit-half and {len(held)} held-out configs; both are needed")
+        return None
+
+    def predicted(part: list[Recorded]) -> np.ndarray:
+        return np.array([r.predicted for r in part], dtype=float)
+
+    bound = margin(fit_rows, predicted(fit_rows))
+    scores = {
+        "record": path.name,
+        "fit": score(fit_rows, predicted(fit_rows), "cuda", bound),
+        "held-out": score(held, predicted(held), "cuda", bound),
+    }
+    return scores, (None, bound)
+
+
+def _print(probe: str, path: Path, by_set: dict[str, Any], bound: float, sources: dict[str, Path]) -> None:
+    print(f"\n{probe} ({path.name}):")
+    for name, s in by_set.items():
+        if name == "record":
+            continue
+        source = f" ({sources['virtual check'].name})" if name == "check" else ""
+        print(
+            f"  {name}{source}: {s['within']}/{s['configs']} within ±{s['band']:.0%}, median {s['median']:.1%}, "
+            f"measured > 10% above prediction: {len(s['under'])} "
+            + "; ".join(f"{label} {e:+.1%}" for label, e in s["under"])
+        )
+        if not name.startswith("held-out, constants before the refit"):
+            print(f"    above prediction x {bound:.3f}: {len(s['over_bound'])} {' '.join(s['over_bound'])}")
 
 
 def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], constants: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@
 #   lm         the LM quick sweep, the same way (bench/parity.py --spec search_spaces/lm_quick.yaml)
 #   estimator  predicted vs measured peaks on CUDA over the estimator's zoo (twelve workloads, its
 #              fit and held-out halves apart)
+#   margin     the CUDA screening margin, fitted on the zoo record's fit half, and its held-out half
+#              scored (bench/fit_overhead.py --probes cuda): runs with `estimator`
 #   check      the same over the zoo's check set (bench/estimator.py --suite zoo_check: configs in
 #              neither half, never measured on a GPU)
 #   tests      the tests that need CUDA
@@ -39,6 +41,7 @@ while [[ $# -gt 0 ]]; do
         *) break ;;
     esac
 done
+[[ ",$ONLY," == *",estimator,"* ]] && ONLY="$ONLY,margin"  # the zoo record's CUDA margin, printed at once
 OUTDIR=${1:-/tmp/elastune-gpu-records}
 LOG=/tmp/elastune-gpu
 rm -rf "$LOG"; mkdir -p "$OUTDIR" "$LOG"
@@ -112,6 +115,7 @@ if [[ $DRY == 1 ]]; then
     step lm 300 $PY bench/parity.py --spec search_spaces/lm_quick.yaml --reruns 1 --log "$LOG/lm.err" "${SWEEP[@]}" \
         --set budget.trial_samples=256
     step estimator 200 $PY bench/estimator.py --suite zoo --device cpu --only 0,40 --repeat 1
+    step margin 60 $PY bench/fit_overhead.py --probes cuda  # a CPU record is no CUDA one: says so
     step check 200 $PY bench/estimator.py --suite zoo_check --device cpu --only 9 --repeat 1
     step tests 200 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py
 else
@@ -125,6 +129,7 @@ else
         --set budget.max_trials=4
     # the zoo: twelve workloads, its fit and held-out halves reported apart
     step estimator 300 $PY bench/estimator.py --suite zoo --device cuda --jobs 8 --repeat 1
+    step margin 60 $PY bench/fit_overhead.py --probes cuda
     step check 150 $PY bench/estimator.py --suite zoo_check --device cuda --jobs 8 --repeat 1
     step tests 90 $PY -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_batches.py \
         tests/unit/test_estimate.py tests/unit/test_loop.py

@@ -84,3 +84,65 @@ def test_the_newest_record_of_a_day_is_the_one_made_last(tmp_path: Path, monkeyp
     assert [p.name[-28:-5] for p in fit_overhead._by_date("estimator-zoo_check-*.json")] == [
         "20261126-235959-aaaaaaa", "20261127-171413-269be50", "20261127-211004-8fb65b2"
     ]  # fmt: skip
+
+
+def _cuda_record(folder: Path, rows: list[tuple[str, float, float]]) -> Path:
+    """An estimator-zoo-cuda record as bench/estimator.py writes one: (config, measured, predicted MiB)."""
+    table = {
+        "columns": ["#", "config", "measured MiB", "spread MiB", "predicted MiB", "error"],
+        "rows": [
+            [i, f"{label} ({'fit' if label.split(':')[0] in fit_overhead.ZOO_FIT else 'held-out'})", m, "-", p, "-"]
+            for i, (label, m, p) in enumerate(rows)
+        ],
+    }
+    path = folder / "estimator-zoo-cuda-20261201-120000-0000000.json"
+    path.write_text(
+        json.dumps({"date": "2026-12-01", "settings": {"fit_set": list(fit_overhead.ZOO_FIT)}, "table": table})
+    )
+    return path
+
+
+CUDA_ROWS = [
+    ("dlrm: default", 100.0, 95.0),  # fit: measured 5.3% above its prediction, the fit half's most
+    ("lm: static", 50.0, 52.0),  # fit: below
+    ("sasrec: micro 64", 80.0, 70.0),  # held-out: measured 14.3% above (-12.5% error)
+    ("deepfm: default", 30.0, 31.0),  # held-out: +3.3%
+]
+
+
+def test_a_cuda_record_is_scored_as_predicted_there_with_its_margin_from_the_fit_half(tmp_path: Path) -> None:
+    scored = fit_overhead.score_recorded(_cuda_record(tmp_path, CUDA_ROWS))
+    assert scored is not None
+    results, (fitted, bound) = scored
+    assert fitted is None and bound == pytest.approx(100 / 95)
+    assert results["fit"]["configs"] == 2 and results["fit"]["within"] == 2 and results["fit"]["under"] == []
+    held = results["held-out"]
+    assert held["configs"] == 2 and held["within"] == 1 and held["band"] == 0.10
+    assert held["under"] == [("sasrec: micro 64", pytest.approx(70 / 80 - 1))]
+    assert held["over_bound"] == ["sasrec: micro 64"]  # 80 > 70 x 1.053
+
+
+def test_the_refit_prints_the_cuda_margin_or_says_there_is_no_cuda_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(fit_overhead, "RECORDS", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["fit_overhead.py", "--probes", "cuda"])
+    fit_overhead.main()
+    out = capsys.readouterr().out
+    assert "cuda: no estimator-zoo-cuda record" in out and "SCREEN_MARGIN" not in out
+    _cuda_record(tmp_path, CUDA_ROWS)
+    fit_overhead.main()
+    out = capsys.readouterr().out
+    assert 'SCREEN_MARGIN["cuda_reserved"] = 1.05' in out
+    assert "held-out: 1/2 within ±10%" in out and "sasrec: micro 64 -12.5%" in out
+
+
+def test_a_cuda_record_missing_a_half_is_not_scored(tmp_path: Path) -> None:
+    assert fit_overhead.score_recorded(_cuda_record(tmp_path, CUDA_ROWS[:2])) is None
+
+
+def test_a_record_of_some_probes_only_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/RESULTS.md shows the newest refit record: one without the CPU or virtual figures would drop them."""
+    monkeypatch.setattr(sys, "argv", ["fit_overhead.py", "--probes", "cuda", "--record"])
+    with pytest.raises(SystemExit, match="leave --probes out"):
+        fit_overhead.main()
