@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 # (transformers: a 13 MB wheel, 126 MB installed, about 8 s) is too, so that CI tests `workload: hf`.
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench-estimator mutation gpu-pack gpu-pack-check clean
+.PHONY: install bytecode demo test test-fast lint bench-estimator mutation gpu-pack gpu-pack-check clean
 
 install: $(STAMP)
 
@@ -27,14 +27,20 @@ $(STAMP): pyproject.toml constraints.txt examples/two_tower/pyproject.toml examp
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e examples/ctr_models  # `workload: deepfm`, `dcn_v2`, `mmoe`
 	touch $@
 
+# elastune's own modules compiled once: where PYTHONDONTWRITEBYTECODE is set (this project's machines set it),
+# Python would otherwise compile them again in every process it starts, each Ray trial included.
+# Only what changed since the last run is compiled again.
+bytecode: install
+	$(PY) -m compileall -q platform examples jobs ui >/dev/null
+
 # The main job on embedded defaults: the quick sweep on a local Ray, recorded in ./mlflow.db.
-demo: install
+demo: install bytecode
 	$(VENV)/bin/elastune sweep search_spaces/dlrm_quick.yaml
 
 # Two workers: the integration packages and the unit-test files are spread over them as
 # tests/conftest.py says (pytest_xdist_make_scheduler). A single test: .venv/bin/pytest PATH::NAME.
 # The 25 slowest are listed at the end: the suite must stay under 15 minutes on two cores.
-test: install lint
+test: install lint bytecode
 	$(PY) -m pytest -n 2 --durations=25
 
 test-fast: install
