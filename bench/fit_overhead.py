@@ -430,6 +430,12 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
                 "fitted and fitted on by nothing (whether its run was blind: that record's notes)"
                 if "virtual check" in sources
                 else ""
+            )
+            + (
+                "; CUDA: the record's own predictions, made on the GPU machine (its terms are not refitted here), "
+                "only its screening margin fitted on the fit half"
+                if "cuda" in results
+                else ""
             ),
         ],
         table={
