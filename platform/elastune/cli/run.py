@@ -112,18 +112,9 @@ def estimate(config: ConfigArg = None, set_: SetOpt = None, format: FormatOpt = 
     # A table source's tables are its columns, sized by its data: each gets its own line.
     named = {s.name: s.rows for s in specs} if specs and cfg.data.source == "table" else {}
     if format is Format.json:
-        payload = {
-            "estimated_peak_bytes": est.peak_bytes,
-            "kind": est.kind,
+        payload = est.to_dict() | {
             "tables": {"count": len(tables), "rows": sum(tables), "bytes": table_bytes}
             | ({"by_name": named} if named else {}),
-            "breakdown": est.breakdown,
-            "overhead": est.overhead,
-            "upper_bound_bytes": est.upper_bound_bytes,
-            "expected_error": est.to_dict()["expected_error"],
-            "traced_peak_bytes": est.traced_peak_bytes,
-            "peak_phase": est.peak_phase,
-            "seconds": est.seconds,
             "config": cfg.to_dict(),
         }
         print(dumps(payload))
