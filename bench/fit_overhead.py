@@ -12,10 +12,12 @@ newer), and fits, on the fit half's configs only:
   for the other four coefficients at each point;
 - the virtual device's model (`VIRTUAL_FIT`): what the device holds beyond the traced tensors, in
   bytes, is a runtime plus a share of the small blocks (under its 256 KiB mmap threshold) a training
-  step makes, whose churn glibc's heap keeps in part; least squares of the fit half's residuals in
-  bytes on [1, churn], churn capped at the most the fit half made (the cap is the fit half's range:
-  past it nothing was fitted); oneDNN's primitive cache (6 MiB, measured by switching the cache off)
-  is taken as measured, not fitted;
+  step makes, whose churn glibc's heap keeps in part; least squares of the fit half's residuals on
+  [1, churn], each weighted by 1 / its measured peak, so that it minimises the squared relative
+  error as the CPU fit does and as the targets are stated (in bytes, the large configs outweighed the
+  small ones, whose error a constant term moves most); churn capped at the most the fit half made
+  (the cap is the fit half's range: past it nothing was fitted); oneDNN's primitive cache (6 MiB,
+  measured by switching the cache off) is taken as measured, not fitted;
 - the screening margins (`SCREEN_MARGIN`): the most a fit-half config was measured above its
   refitted prediction, as a factor. A sweep screens proposals with prediction x margin.
 
@@ -27,9 +29,10 @@ held-out half scored against ±10%. Without such a record the CUDA lines say so 
 Then it scores both halves under the refitted constants: the held-out half's figures are a result
 (the constants never saw those workloads), the fit half's are a fit. Where a `--suite zoo_check`
 record of the virtual device exists (configs in neither half, named before the small-block term
-was fitted), its configs are scored apart as well. `--record` writes them as a
-record (estimator-zoo-refit); `elastune estimate` quotes the held-out figures as the error to
-expect on a workload of one's own (`HELD_OUT` in overhead.py).
+was fitted), its configs are scored apart as well, and so are those of a `--suite zoo_blind` record
+(one config per workload, named before the relative-error weighting above was measured on them).
+`--record` writes them as a record (estimator-zoo-refit); `elastune estimate` quotes the held-out
+figures as the error to expect on a workload of one's own (`HELD_OUT` in overhead.py).
 
     python bench/fit_overhead.py                       # the newest zoo record of each probe
     python bench/fit_overhead.py --cpu A.json --virtual B.json --record
@@ -64,7 +67,7 @@ from elastune.memory.overhead import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from estimator import ZOO_CHECK, ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
+from estimator import ZOO_BLIND, ZOO_CHECK, ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
 from record import RECORDS, Figure, write_record
 
 _MiB = 2**20
@@ -101,9 +104,13 @@ def _by_date(pattern: str) -> list[Path]:
     return sorted(RECORDS.glob(pattern), key=lambda p: (json.loads(p.read_text())["date"], p.name))
 
 
-def newest_check() -> Path | None:
-    """The newest `--suite zoo_check` record of the virtual device, if any."""
-    paths = _by_date("estimator-zoo_check-virtual-*.json")
+EXTRA_SETS = ("check", "blind")  # configs in neither half, each set its own suite (bench/estimator.py)
+
+
+def newest_extra(name: str) -> Path | None:
+    """The newest `--suite zoo_check` (name "check") or `--suite zoo_blind` ("blind") record of the
+    virtual device, if any."""
+    paths = _by_date(f"estimator-zoo_{name}-virtual-*.json")
     return paths[-1] if paths else None
 
 
@@ -145,7 +152,7 @@ def rows_of(path: Path) -> list[Row]:
     from elastune.validate import load_run_config
 
     record = _zoo_record(path)
-    overrides = dict(ZOO_CONFIGS) | dict(ZOO_CHECK)
+    overrides = dict(ZOO_CONFIGS) | dict(ZOO_CHECK) | dict(ZOO_BLIND)
     columns = record["table"]["columns"]
     rows = []
     for cells in record["table"]["rows"]:
@@ -188,8 +195,9 @@ def fit_cpu(rows: list[Row]) -> CpuFit:
 
 def fit_virtual(rows: list[Row]) -> VirtualFit:
     cap = float(max(r.churn for r in rows))
-    design = np.array([[1.0, min(r.churn, cap)] for r in rows])
-    residual = np.array([r.measured - r.inputs.traced - VIRTUAL_ONEDNN * r.onednn for r in rows])
+    weight = np.array([1.0 / r.measured for r in rows])  # squared relative error, not bytes
+    design = np.array([[1.0, min(r.churn, cap)] for r in rows]) * weight[:, None]
+    residual = np.array([r.measured - r.inputs.traced - VIRTUAL_ONEDNN * r.onednn for r in rows]) * weight
     (runtime, share), *_ = np.linalg.lstsq(design, residual, rcond=None)
     return VirtualFit(runtime=float(runtime), churn_share=float(share), churn_cap=cap)
 
@@ -286,11 +294,12 @@ def main() -> None:
             "held-out": score(held, predict(held, fitted), probe, bound),
             "held-out, constants before the refit": now,
         }
-        check = newest_check() if probe == "virtual" else None
-        if check is not None:  # configs in neither half: scored, never fitted on
-            check_rows = rows_of(check)
-            results[probe]["check"] = score(check_rows, predict(check_rows, fitted), probe, bound)
-            sources["virtual check"] = check
+        for name in EXTRA_SETS if probe == "virtual" else ():
+            extra = newest_extra(name)
+            if extra is not None:  # configs in neither half: scored, never fitted on
+                extra_rows = rows_of(extra)
+                results[probe][name] = score(extra_rows, predict(extra_rows, fitted), probe, bound)
+                sources[f"virtual {name}"] = extra
         _print(probe, path, results[probe], bound, sources)
     if constants:
         print("\n# paste into platform/elastune/memory/overhead.py")
@@ -347,7 +356,7 @@ def _print(probe: str, path: Path, by_set: dict[str, Any], bound: float, sources
     for name, s in by_set.items():
         if name == "record":
             continue
-        source = f" ({sources['virtual check'].name})" if name == "check" else ""
+        source = f" ({sources[f'virtual {name}'].name})" if name in EXTRA_SETS else ""
         print(
             f"  {name}{source}: {s['within']}/{s['configs']} within ±{s['band']:.0%}, median {s['median']:.1%}, "
             f"measured > 10% above prediction: {len(s['under'])} "
@@ -361,7 +370,7 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
     figures = []
     for probe, by_set in results.items():
         share = SHARES[probe]
-        for name in ("held-out", "fit", "check"):
+        for name in ("held-out", "fit", *EXTRA_SETS):
             if name not in by_set:
                 continue
             s = by_set[name]
@@ -432,6 +441,12 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
                 else ""
             )
             + (
+                "; the blind set (virtual): one config per workload in neither half nor the check set, named before "
+                "the relative-error weighting of the virtual fit was measured on it"
+                if "virtual blind" in sources
+                else ""
+            )
+            + (
                 "; CUDA: the record's own predictions, made on the GPU machine (its terms are not refitted here), "
                 "only its screening margin fitted on the fit half"
                 if "cuda" in results
@@ -443,7 +458,7 @@ def _record(sources: dict[str, Path], results: dict[str, dict[str, Any]], consta
             "rows": [
                 [probe, label, name, f"{e:+.1%}"]
                 for probe, by_set in results.items()
-                for name in ("fit", "held-out", "check")
+                for name in ("fit", "held-out", *EXTRA_SETS)
                 if name in by_set
                 for label, e in by_set[name]["errors"].items()
             ],

@@ -64,6 +64,23 @@ def test_the_virtual_model_is_recovered_and_the_margin_is_the_worst_under_predic
     assert fit_overhead.margin(rows, predicted * 2) == 1.0
 
 
+def test_the_virtual_runtime_is_fitted_on_relative_error_so_small_configs_count_as_much_as_large() -> None:
+    """Two configs that churn nothing: a small one holding 3 MiB beyond its tensors, a large one 8.
+    The runtime minimising the squared relative error is sum(r / m^2) / sum(1 / m^2) (m measured,
+    r its residual): 3.05 MiB here, where a fit in bytes would split the difference (5.5 MiB) and
+    over-price the small config by 12.5%."""
+    small, large = (20 * MiB, 3 * MiB), (200 * MiB, 8 * MiB)
+    rows = [
+        fit_overhead.Row(f"w: c{i}", "w", float(m), CpuInputs(m - r, m - r, 0, 0, False), False, 0)
+        for i, (m, r) in enumerate([small, large])
+    ]
+    fitted = fit_overhead.fit_virtual(rows)
+    expected = (3 / 20**2 + 8 / 200**2) / (1 / 20**2 + 1 / 200**2) * MiB
+    assert fitted.runtime == pytest.approx(expected, rel=1e-6)
+    errors = fit_overhead.predict_virtual(rows, fitted) / [m for m, _ in (small, large)] - 1
+    assert abs(errors[0]) < 0.01 and abs(errors[1]) < 0.03
+
+
 def test_a_record_whose_halves_moved_is_refused(tmp_path: Path) -> None:
     record = tmp_path / "estimator-zoo-cpu-x.json"
     moved = ["sasrec", *fit_overhead.ZOO_FIT[1:]]
@@ -79,8 +96,9 @@ def test_the_newest_record_of_a_day_is_the_one_made_last(tmp_path: Path, monkeyp
     for name, day in zip(names, ["2026-11-27", "2026-11-27", "2026-11-26"], strict=True):
         (tmp_path / f"estimator-zoo_check-virtual-{name}.json").write_text(json.dumps({"date": day}))
     monkeypatch.setattr(fit_overhead, "RECORDS", tmp_path)
-    newest = fit_overhead.newest_check()
+    newest = fit_overhead.newest_extra("check")
     assert newest is not None and newest.name == "estimator-zoo_check-virtual-20261127-211004-8fb65b2.json"
+    assert fit_overhead.newest_extra("blind") is None  # a set without a record: not scored
     assert [p.name[-28:-5] for p in fit_overhead._by_date("estimator-zoo_check-*.json")] == [
         "20261126-235959-aaaaaaa", "20261127-171413-269be50", "20261127-211004-8fb65b2"
     ]  # fmt: skip
