@@ -149,20 +149,20 @@ def test_plan_demand_prices_the_configured_and_the_smallest_shape(tiny_cfg: Make
 
 
 def test_plan_demand_pads_small_trials_by_the_virtual_devices_spread(tiny_cfg: MakeCfg) -> None:
-    # The virtual device's screening margin over the estimate (6%: memory/overhead.py, from the
+    # The virtual device's screening margin over the estimate (12%: memory/overhead.py, from the
     # zoo's fit half), but never less than 7 MiB, the virtual device's spread in bytes, which is
-    # more than 6% of a trial this small.
+    # more than 12% of a trial this small.
     from elastune.edo.client import DEMAND_PADDING_MIN, plan_demand
     from elastune.memory.estimate import estimate
 
     assert DEMAND_PADDING_MIN == 7 * 2**20
     small, large = tiny_cfg("batch.micro=64"), tiny_cfg("batch.micro=16384")
     predicted = estimate(small, virtual=True).peak_bytes
-    assert predicted * 0.06 < DEMAND_PADDING_MIN
+    assert predicted * 0.12 < DEMAND_PADDING_MIN
     assert plan_demand(small).want_bytes == predicted + DEMAND_PADDING_MIN
     predicted = estimate(large, virtual=True).peak_bytes
-    assert predicted * 0.06 > DEMAND_PADDING_MIN
-    assert plan_demand(large).want_bytes == predicted + int(predicted * 0.06)
+    assert predicted * 0.12 > DEMAND_PADDING_MIN
+    assert plan_demand(large).want_bytes == predicted + int(predicted * 0.12)
 
 
 def test_a_cache_is_built_as_large_as_its_grant_holds() -> None:
