@@ -220,7 +220,9 @@ def test_a_slow_start_the_windows_show_is_left_out_of_the_throughput(tiny_cfg: M
     assert len(windows) == 4 and result.warmup_windows in {1, 2}, windows
     steady = windows[result.warmup_windows :]  # equal samples each: their rate is the harmonic mean
     assert result.samples_per_s == pytest.approx(len(steady) / sum(1 / w for w in steady), rel=1e-9)
-    assert result.samples_per_s > 2 * windows[0]
+    # the slept window is the slowest; how much slower depends on the machine's step time (a busy CI
+    # machine once ran steady windows at 305 samples/s, so the 1 s of sleep only took the first to 192)
+    assert windows[0] < min(steady), windows
 
 
 # -- a synthetic source's reads on a CPU device: out of samples/s, and said -----------------------
