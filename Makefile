@@ -39,12 +39,13 @@ demo: install bytecode
 
 # Two workers: the integration packages and the unit-test files are spread over them as
 # tests/conftest.py says (pytest_xdist_make_scheduler). A single test: .venv/bin/pytest PATH::NAME.
-# The 25 slowest are listed at the end: the suite must stay under 15 minutes on two cores.
+# The 25 slowest are listed at the end. The target is 15 minutes on two cores; it takes 21-23
+# (CONTRIBUTING.md says where the time goes).
 test: install lint bytecode
 	$(PY) -m pytest -n 2 --durations=25
 
 test-fast: install
-	$(PY) -m pytest -m "not integration and not slow"
+	$(PY) -m pytest -n 2 -m "not integration and not slow"
 
 lint: install
 	$(VENV)/bin/ruff check platform jobs ui tests bench examples
