@@ -231,7 +231,6 @@ ZOO_CHECK_CONFIGS: dict[str, list[str]] = {  # "workload: label" -> overrides be
     "two_tower: micro 2048": ["batch.micro=2048"],
     "dcn_v2: micro 1024 dim 32": ["batch.micro=1024", "model.embedding_dim=32"],
 }
-ZOO_CHECK = [(label, [*ZOO[label.split(":")[0]][0], *o]) for label, o in ZOO_CHECK_CONFIGS.items()]
 # `--suite zoo_blind`: one config of each zoo workload in neither half nor the check set, named
 # (2026-11-28, before its first run) to judge a change to how the virtual device's overhead is fitted
 # (bench/fit_overhead.py: squared relative error, not bytes) that was made with the held-out
@@ -252,14 +251,28 @@ ZOO_BLIND_CONFIGS: dict[str, list[str]] = {
     "movie_ratings: rowwise micro 128": [*_ROWWISE, "batch.micro=128"],
     "digits: micro 128": ["batch.micro=128"],
 }
-ZOO_BLIND = [(label, [*ZOO[label.split(":")[0]][0], *o]) for label, o in ZOO_BLIND_CONFIGS.items()]
+
+
+def _on_zoo_base(configs: dict[str, list[str]]) -> list[tuple[str, list[str]]]:
+    """ "workload: label" -> overrides, as a suite: each config on its zoo workload's base overrides."""
+    return [(label, [*ZOO[label.split(":")[0]][0], *o]) for label, o in configs.items()]
+
+
+ZOO_CHECK = _on_zoo_base(ZOO_CHECK_CONFIGS)
+ZOO_BLIND = _on_zoo_base(ZOO_BLIND_CONFIGS)
+# The suites of configs in neither half, by suite name: their configs and the note their records
+# carry. A record of one names its configs' set by the suite's name less "zoo_" ("check", "blind").
+EXTRA_SUITES: dict[str, tuple[list[tuple[str, list[str]]], str]] = {
+    "zoo_check": (ZOO_CHECK, ZOO_CHECK_NOTE),
+    "zoo_blind": (ZOO_BLIND, ZOO_BLIND_NOTE),
+}
+EXTRA_SETS = tuple(suite.removeprefix("zoo_") for suite in EXTRA_SUITES)
 ZOO_WORKLOAD = [name for name, (_, configs) in ZOO.items() for _ in configs]  # per ZOO_CONFIGS index
 assert set(ZOO) == set(ZOO_FIT) | set(ZOO_HELD_OUT) and not set(ZOO_FIT) & set(ZOO_HELD_OUT)
 
 SUITES = {
     "zoo": ZOO_CONFIGS,
-    "zoo_check": ZOO_CHECK,
-    "zoo_blind": ZOO_BLIND,
+    **{suite: configs for suite, (configs, _) in EXTRA_SUITES.items()},
     "dlrm": CONFIGS,
     "two_tower": [(label, ["workload=two_tower", *o]) for label, o in TWO_TOWER],
     "lm": [
@@ -389,7 +402,7 @@ def main() -> None:
                     "allocated_peaks": allocated,
                     "samples_per_s": [run["samples_per_s"] for run in runs],
                     **(_zoo_set(i) if args.suite == "zoo" else {}),
-                    **(_extra_set(label, args.suite) if args.suite in ("zoo_check", "zoo_blind") else {}),
+                    **(_extra_set(label, args.suite) if args.suite in EXTRA_SUITES else {}),
                 }
             )
             print(
@@ -427,7 +440,7 @@ def main() -> None:
         f"\nWithin ±10%: {within}/{len(rows)} ({within / len(rows):.0%}); median |error| "
         f"{statistics.median(errors):.1%}; max |error| {max(errors):.1%}."
     )
-    zoo = _zoo_figures(rows, args) if args.suite in ("zoo", "zoo_check", "zoo_blind") else []
+    zoo = _zoo_figures(rows, args) if args.suite == "zoo" or args.suite in EXTRA_SUITES else []
     for figure in zoo:
         print(f"- {figure.name}: {figure.value}{' (' + figure.note + ')' if figure.note else ''}")
     if args.json:
@@ -442,7 +455,7 @@ def _workload(overrides: list[str]) -> str:
 
 
 def _extra_set(label: str, suite: str) -> dict[str, str]:
-    """A config of the check or blind set: its workload, and the set ("check", "blind")."""
+    """A config of an extra suite (EXTRA_SUITES): its workload, and its set (one of EXTRA_SETS)."""
     return {"workload": label.split(":")[0], "set": suite.removeprefix("zoo_")}
 
 
@@ -460,7 +473,7 @@ def _zoo_figures(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[A
     cpu = args.probe == "device" and not (args.device or "").startswith("cuda")
     band, share = (0.15, 0.8) if cpu else (0.10, 0.9)
     figures = []
-    for name in ("held-out", "fit", "check", "blind"):
+    for name in ("held-out", "fit", *EXTRA_SETS):
         part = [r for r in rows if r["set"] == name]
         if not part:
             continue
@@ -527,10 +540,8 @@ def _record(
         device=args.device,
         notes=[ZOO_NOTE]
         if args.suite == "zoo"
-        else [ZOO_CHECK_NOTE]
-        if args.suite == "zoo_check"
-        else [ZOO_BLIND_NOTE]
-        if args.suite == "zoo_blind"
+        else [EXTRA_SUITES[args.suite][1]]
+        if args.suite in EXTRA_SUITES
         else [_half_note(args.suite)],
         table={
             # the last column: what the CPU heap model read (bench/fit_overhead.py refits from it)

@@ -67,7 +67,7 @@ from elastune.memory.overhead import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from estimator import ZOO_BLIND, ZOO_CHECK, ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
+from estimator import EXTRA_SETS, EXTRA_SUITES, ZOO_CONFIGS, ZOO_FIT, ZOO_HELD_OUT, _run
 from record import RECORDS, Figure, write_record
 
 _MiB = 2**20
@@ -102,9 +102,6 @@ def _by_date(pattern: str) -> list[Path]:
     """Oldest first: by the record's date, then by its name, whose NAME-YYYYMMDD-HHMMSS part orders
     the records of one day (a date alone ties them all)."""
     return sorted(RECORDS.glob(pattern), key=lambda p: (json.loads(p.read_text())["date"], p.name))
-
-
-EXTRA_SETS = ("check", "blind")  # configs in neither half, each set its own suite (bench/estimator.py)
 
 
 def newest_extra(name: str) -> Path | None:
@@ -152,7 +149,7 @@ def rows_of(path: Path) -> list[Row]:
     from elastune.validate import load_run_config
 
     record = _zoo_record(path)
-    overrides = dict(ZOO_CONFIGS) | dict(ZOO_CHECK) | dict(ZOO_BLIND)
+    overrides = dict(ZOO_CONFIGS) | {label: o for configs, _ in EXTRA_SUITES.values() for label, o in configs}
     columns = record["table"]["columns"]
     rows = []
     for cells in record["table"]["rows"]:
